@@ -1,0 +1,53 @@
+#include "kernels/core/unique.h"
+
+#include <vector>
+
+namespace sok_lite {
+namespace {
+
+// splitmix64 finalizer: spreads sequential and Zipf-clustered ids over the whole table.
+inline uint64_t MixBits(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+}  // namespace
+
+template <typename K>
+int64_t UniqueIds(const K* ids, int64_t n, K* unique, int32_t* inverse) {
+  // Open addressing with linear probing; a slot holds an index into `unique` (or -1), so no key
+  // value is reserved as the empty marker.
+  uint64_t capacity = 16;
+  while (capacity < static_cast<uint64_t>(n) * 2) capacity <<= 1;
+  const uint64_t mask = capacity - 1;
+  std::vector<int32_t> slots(capacity, -1);
+  int32_t num_unique = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const K key = ids[i];
+    uint64_t pos = MixBits(static_cast<uint64_t>(key)) & mask;
+    while (true) {
+      const int32_t slot = slots[pos];
+      if (slot < 0) {
+        slots[pos] = num_unique;
+        unique[num_unique] = key;
+        inverse[i] = num_unique++;
+        break;
+      }
+      if (unique[slot] == key) {
+        inverse[i] = slot;
+        break;
+      }
+      pos = (pos + 1) & mask;
+    }
+  }
+  return num_unique;
+}
+
+template int64_t UniqueIds<int32_t>(const int32_t*, int64_t, int32_t*, int32_t*);
+template int64_t UniqueIds<int64_t>(const int64_t*, int64_t, int64_t*, int32_t*);
+
+}  // namespace sok_lite

@@ -1,0 +1,18 @@
+// Deduplication of embedding ids: the first step of every lookup, before any row is read or any
+// id crosses the wire.
+#ifndef SOK_LITE_KERNELS_CORE_UNIQUE_H_
+#define SOK_LITE_KERNELS_CORE_UNIQUE_H_
+
+#include <cstdint>
+
+namespace sok_lite {
+
+// Writes the distinct values of ids[0, n) to `unique` in order of first occurrence and, for every
+// i, the position of ids[i] in `unique` to inverse[i]. `unique` must have room for n values.
+// Returns the number of distinct values. n must be < 2^31.
+template <typename K>
+int64_t UniqueIds(const K* ids, int64_t n, K* unique, int32_t* inverse);
+
+}  // namespace sok_lite
+
+#endif  // SOK_LITE_KERNELS_CORE_UNIQUE_H_

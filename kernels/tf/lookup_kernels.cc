@@ -1,0 +1,291 @@
+// CPU kernels of the lookup family; the math lives in kernels/core.
+#include <string>
+#include <vector>
+
+#include "kernels/core/combine.h"
+#include "kernels/core/unique.h"
+#include "kernels/core/validate.h"
+#include "kernels/tf/cpu_parallel.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
+
+namespace sok_lite {
+
+using ::tensorflow::DEVICE_CPU;
+using ::tensorflow::OpInputList;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+namespace errors = ::tensorflow::errors;
+
+namespace {
+
+std::string TableLabel(const std::vector<std::string>& names, int t) {
+  std::string label = "table " + std::to_string(t);
+  if (t < static_cast<int>(names.size()) && !names[t].empty()) label += " ('" + names[t] + "')";
+  return label;
+}
+
+// Validated view of one table's ragged segments: inverse / row_splits / weights inputs.
+struct Segments {
+  const int32_t* inverse = nullptr;
+  const int64_t* row_splits = nullptr;
+  const void* weights = nullptr;  // null: every weight is 1
+  int64_t n = 0;
+  int64_t batch = 0;
+};
+
+// Reads and checks the segment inputs of table t (at input offsets n_tables * {1, 2, 3} + t).
+bool ReadSegments(OpKernelContext* ctx, int n_tables, int t, int64_t num_unique, Segments* seg) {
+  const Tensor& inverse = ctx->input(n_tables + t);
+  const Tensor& splits = ctx->input(2 * n_tables + t);
+  const Tensor& weights = ctx->input(3 * n_tables + t);
+  const std::string label = TableLabel({}, t);
+  if (splits.NumElements() < 1) {
+    ctx->CtxFailure(errors::InvalidArgument(label, ": row_splits must have at least 1 entry"));
+    return false;
+  }
+  seg->inverse = inverse.flat<int32_t>().data();
+  seg->row_splits = splits.flat<int64_t>().data();
+  seg->n = inverse.NumElements();
+  seg->batch = splits.NumElements() - 1;
+  std::string problem = CheckRowSplits(seg->row_splits, seg->batch, seg->n);
+  if (problem.empty()) problem = CheckInverse(seg->inverse, seg->n, num_unique);
+  if (problem.empty() && weights.NumElements() != 0 && weights.NumElements() != seg->n) {
+    problem = "weights have " + std::to_string(weights.NumElements()) + " entries for " +
+              std::to_string(seg->n) + " ids";
+  }
+  if (!problem.empty()) {
+    ctx->CtxFailure(errors::InvalidArgument(label, ": ", problem));
+    return false;
+  }
+  seg->weights = weights.NumElements() == 0 ? nullptr : weights.data();
+  return true;
+}
+
+}  // namespace
+
+class UniqueIdsOp : public OpKernel {
+ public:
+  explicit UniqueIdsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    int n = 0;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_rows", &num_rows_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("hotness", &hotness_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_names", &names_));
+    OP_REQUIRES(ctx,
+                static_cast<int>(num_rows_.size()) == n && static_cast<int>(hotness_.size()) == n,
+                errors::InvalidArgument("num_rows and hotness need one entry per table"));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    OpInputList ids, splits;
+    OP_REQUIRES_OK(ctx, ctx->input_list("ids", &ids));
+    OP_REQUIRES_OK(ctx, ctx->input_list("row_splits", &splits));
+    const int n_tables = ids.size();
+    for (int t = 0; t < n_tables; ++t) {
+      OP_REQUIRES(ctx, ids[t].NumElements() < (int64_t{1} << 31),
+                  errors::InvalidArgument(TableLabel(names_, t), ": more than 2^31 ids"));
+      OP_REQUIRES(ctx, splits[t].NumElements() >= 1,
+                  errors::InvalidArgument(TableLabel(names_, t),
+                                          ": row_splits must have at least 1 entry"));
+    }
+    std::vector<std::string> problems(n_tables);
+    std::vector<std::vector<int64_t>> uniques(n_tables);
+    std::vector<int32_t*> inverses(n_tables);
+    for (int t = 0; t < n_tables; ++t) {
+      Tensor* inverse = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(n_tables + t, ids[t].shape(), &inverse));
+      inverses[t] = inverse->flat<int32_t>().data();
+    }
+    ParallelFor(ctx, n_tables, 50 * (1 + ids[0].NumElements()), [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t n = ids[t].NumElements();
+        const int64_t batch = splits[t].NumElements() - 1;
+        const int64_t* id = ids[t].flat<int64_t>().data();
+        const int64_t* rs = splits[t].flat<int64_t>().data();
+        problems[t] = CheckRowSplits(rs, batch, n);
+        if (problems[t].empty()) problems[t] = CheckIds(id, rs, batch, num_rows_[t], hotness_[t]);
+        if (!problems[t].empty()) continue;
+        uniques[t].resize(n);
+        uniques[t].resize(UniqueIds(id, n, uniques[t].data(), inverses[t]));
+      }
+    });
+    for (int t = 0; t < n_tables; ++t) {
+      OP_REQUIRES(ctx, problems[t].empty(),
+                  errors::InvalidArgument(TableLabel(names_, t), ": ", problems[t]));
+    }
+    for (int t = 0; t < n_tables; ++t) {
+      Tensor* unique = nullptr;
+      const int64_t u = uniques[t].size();
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(t, TensorShape({u}), &unique));
+      std::copy(uniques[t].begin(), uniques[t].end(), unique->flat<int64_t>().data());
+    }
+  }
+
+ private:
+  std::vector<int64_t> num_rows_;
+  std::vector<int64_t> hotness_;
+  std::vector<std::string> names_;
+};
+
+template <typename T>
+class GatherRowsOp : public OpKernel {
+ public:
+  explicit GatherRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_names", &names_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const int n_tables = num_inputs() / 2;
+    for (int t = 0; t < n_tables; ++t) {
+      const std::string label = TableLabel(names_, t);
+      tensorflow::core::RefCountPtr<tensorflow::Var> var;
+      OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, t), &var));
+      // Rows are read in place under a shared lock, as ResourceGather does: no dense copy of the
+      // table, and the variable is not switched to copy-on-read mode.
+      tensorflow::tf_shared_lock lock(*var->mu());
+      const Tensor& table = *var->tensor();
+      OP_REQUIRES(ctx, var->is_initialized, errors::FailedPrecondition(label, ": not initialized"));
+      OP_REQUIRES(ctx, table.dtype() == tensorflow::DataTypeToEnum<T>::v(),
+                  errors::InvalidArgument(label, ": variable dtype ",
+                                          tensorflow::DataTypeString(table.dtype()),
+                                          " does not match the lookup dtype"));
+      OP_REQUIRES(ctx, table.dims() == 2,
+                  errors::InvalidArgument(label, ": variable must be 2-D, got shape ",
+                                          table.shape().DebugString()));
+      const int64_t num_rows = table.dim_size(0);
+      const int64_t dim = table.dim_size(1);
+      const Tensor& indices_t = ctx->input(n_tables + t);
+      const int64_t u = indices_t.NumElements();
+      const int64_t* indices = indices_t.flat<int64_t>().data();
+      for (int64_t i = 0; i < u; ++i) {
+        OP_REQUIRES(ctx, indices[i] >= 0 && indices[i] < num_rows,
+                    errors::InvalidArgument(label, ": row ", indices[i], " is out of range [0, ",
+                                            num_rows, ")"));
+      }
+      Tensor* rows = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(t, TensorShape({u, dim}), &rows));
+      const T* src = table.flat<T>().data();
+      T* dst = rows->flat<T>().data();
+      ParallelFor(ctx, u, 4 * dim, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          std::copy(src + indices[i] * dim, src + (indices[i] + 1) * dim, dst + i * dim);
+        }
+      });
+    }
+  }
+
+ private:
+  std::vector<std::string> names_;
+};
+
+template <typename T>
+class SegmentCombineOp : public OpKernel {
+ public:
+  explicit SegmentCombineOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::vector<std::string> names;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("combiners", &names));
+    for (const auto& name : names) {
+      Combiner c;
+      OP_REQUIRES(ctx, ParseCombiner(name, &c),
+                  errors::InvalidArgument("unknown combiner '", name, "'"));
+      combiners_.push_back(c);
+    }
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const int n_tables = num_inputs() / 4;
+    OP_REQUIRES(ctx, static_cast<int>(combiners_.size()) == n_tables,
+                errors::InvalidArgument("combiners need one entry per table"));
+    for (int t = 0; t < n_tables; ++t) {
+      const Tensor& rows = ctx->input(t);
+      Segments seg;
+      if (!ReadSegments(ctx, n_tables, t, rows.dim_size(0), &seg)) return;
+      const int64_t dim = rows.dim_size(1);
+      Tensor* out = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(t, TensorShape({seg.batch, dim}), &out));
+      std::vector<T> scale(seg.batch);
+      const T* weights = static_cast<const T*>(seg.weights);
+      const int64_t per_sample = (1 + seg.n / std::max<int64_t>(seg.batch, 1)) * (2 * dim + 4);
+      ParallelFor(ctx, seg.batch, per_sample, [&](int64_t b0, int64_t b1) {
+        SampleScales(seg.row_splits, weights, combiners_[t], b0, b1, scale.data());
+        CombineForward(rows.flat<T>().data(), dim, seg.inverse, seg.row_splits, weights,
+                       scale.data(), b0, b1, out->flat<T>().data());
+      });
+    }
+  }
+
+ private:
+  std::vector<Combiner> combiners_;
+};
+
+template <typename T>
+class SegmentCombineGradOp : public OpKernel {
+ public:
+  explicit SegmentCombineGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::vector<std::string> names;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("combiners", &names));
+    for (const auto& name : names) {
+      Combiner c;
+      OP_REQUIRES(ctx, ParseCombiner(name, &c),
+                  errors::InvalidArgument("unknown combiner '", name, "'"));
+      combiners_.push_back(c);
+    }
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const int n_tables = num_inputs() / 5;
+    OP_REQUIRES(ctx, static_cast<int>(combiners_.size()) == n_tables,
+                errors::InvalidArgument("combiners need one entry per table"));
+    for (int t = 0; t < n_tables; ++t) {
+      const Tensor& grads = ctx->input(t);
+      const int64_t num_unique = ctx->input(4 * n_tables + t).scalar<int64_t>()();
+      OP_REQUIRES(ctx, num_unique >= 0,
+                  errors::InvalidArgument(TableLabel({}, t), ": negative num_unique"));
+      Segments seg;
+      if (!ReadSegments(ctx, n_tables, t, num_unique, &seg)) return;
+      OP_REQUIRES(ctx, grads.dim_size(0) == seg.batch,
+                  errors::InvalidArgument(TableLabel({}, t), ": gradient has ",
+                                          grads.dim_size(0), " rows for a batch of ", seg.batch));
+      const int64_t dim = grads.dim_size(1);
+      const T* weights = static_cast<const T*>(seg.weights);
+      std::vector<T> scale(seg.batch);
+      std::vector<int64_t> offsets(num_unique + 1), order(seg.n), sample_of(seg.n);
+      SampleScales(seg.row_splits, weights, combiners_[t], 0, seg.batch, scale.data());
+      SampleOfPositions(seg.row_splits, seg.batch, sample_of.data());
+      GroupByUnique(seg.inverse, seg.n, num_unique, offsets.data(), order.data());
+      Tensor* out = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(t, TensorShape({num_unique, dim}), &out));
+      const int64_t per_row = (1 + seg.n / std::max<int64_t>(num_unique, 1)) * (2 * dim + 4);
+      ParallelFor(ctx, num_unique, per_row, [&](int64_t u0, int64_t u1) {
+        CombineBackward(grads.flat<T>().data(), dim, offsets.data(), order.data(),
+                        sample_of.data(), weights, scale.data(), u0, u1, out->flat<T>().data());
+      });
+    }
+  }
+
+ private:
+  std::vector<Combiner> combiners_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("SokLiteUniqueIds").Device(DEVICE_CPU), UniqueIdsOp);
+
+#define SOK_LITE_REGISTER_CPU(T)                                                           \
+  REGISTER_KERNEL_BUILDER(                                                                 \
+      Name("SokLiteGatherRows").Device(DEVICE_CPU).TypeConstraint<T>("dtype"),             \
+      GatherRowsOp<T>);                                                                    \
+  REGISTER_KERNEL_BUILDER(                                                                 \
+      Name("SokLiteSegmentCombine").Device(DEVICE_CPU).TypeConstraint<T>("dtype"),         \
+      SegmentCombineOp<T>);                                                                \
+  REGISTER_KERNEL_BUILDER(                                                                 \
+      Name("SokLiteSegmentCombineGrad").Device(DEVICE_CPU).TypeConstraint<T>("dtype"),     \
+      SegmentCombineGradOp<T>);
+SOK_LITE_REGISTER_CPU(float)
+SOK_LITE_REGISTER_CPU(double)
+#undef SOK_LITE_REGISTER_CPU
+
+}  // namespace sok_lite

@@ -1,0 +1,65 @@
+"""Builds sok_lite: a Python package plus one TensorFlow op library compiled with CMake."""
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = pathlib.Path(__file__).resolve().parent
+
+
+def _tf_requirement() -> str:
+    """The TensorFlow range, read from the one file that states it (without importing TF)."""
+    text = (ROOT / "sok_lite" / "_tf_range.py").read_text()
+    low = re.search(r"TF_MIN = \((\d+), (\d+)\)", text).groups()
+    high = re.search(r"TF_MAX = \((\d+), (\d+)\)", text).groups()
+    return f"tensorflow-cpu>={'.'.join(low)},<{'.'.join(high)}"
+
+
+def _tensorflow_importable() -> bool:
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class CMakeExtension(Extension):
+    def __init__(self, name: str):
+        super().__init__(name, sources=[])
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext: Extension) -> None:
+        target = pathlib.Path(self.get_ext_fullpath(ext.name)).resolve()
+        build_dir = ROOT / "build" / f"cmake-py{sys.version_info[0]}{sys.version_info[1]}"
+        build_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.check_call(
+            ["cmake", "-S", str(ROOT), "-B", str(build_dir), f"-DPython3_EXECUTABLE={sys.executable}",
+             "-DCMAKE_BUILD_TYPE=Release"]
+        )
+        jobs = str(os.cpu_count() or 2)
+        subprocess.check_call(["cmake", "--build", str(build_dir), "--parallel", jobs])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(build_dir / "_sok_lite_ops.so", target)
+
+
+setup(
+    name="sok_lite",
+    version="0.1.0",
+    description="Sharded, sparse and dynamic embedding tables for TensorFlow/Keras",
+    packages=find_packages(include=["sok_lite", "sok_lite.*"]),
+    python_requires=">=3.10",
+    install_requires=["numpy"],
+    # Only for isolated builds (plain `pip install .`): the build needs TF headers. An environment
+    # that already has TensorFlow (GPU or CPU wheel) builds against it.
+    setup_requires=[] if _tensorflow_importable() else [_tf_requirement(), "cmake>=3.18,<4"],
+    ext_modules=[CMakeExtension("sok_lite._sok_lite_ops")],
+    cmdclass={"build_ext": CMakeBuild},
+    zip_safe=False,
+)

@@ -1,0 +1,9 @@
+"""sok_lite: sharded, sparse and dynamic embedding tables for TensorFlow/Keras."""
+
+from sok_lite.comm import init, num_ranks, rank
+from sok_lite.lookup import lookup_sparse
+from sok_lite.variable import Variable
+
+__version__ = "0.1.0"
+
+__all__ = ["init", "rank", "num_ranks", "Variable", "lookup_sparse", "__version__"]

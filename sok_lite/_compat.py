@@ -1,0 +1,18 @@
+"""The TensorFlow internals sok_lite relies on, in one place.
+
+Each name here is private to TensorFlow; tests/test_compat.py fails loudly if one moves.
+"""
+
+from tensorflow.python.ops import resource_variable_ops
+
+# The resource-variable class that tf.Variable builds in TF2; sok_lite.Variable extends it.
+ResourceVariable = resource_variable_ops.ResourceVariable
+
+
+def variable_accessed(variable) -> None:
+    """Tells active GradientTapes (and the FuncGraph) that an op reads `variable`.
+
+    Our ops take the variable's resource handle, which TF's own read path would otherwise
+    record; without this, tape.gradient(loss, variable) returns None.
+    """
+    resource_variable_ops.variable_accessed(variable)

@@ -1,0 +1,34 @@
+"""Loads the op library once, next to this package, and checks the TensorFlow version."""
+
+import functools
+import pathlib
+import warnings
+
+import tensorflow as tf
+
+from sok_lite._tf_range import TF_MAX, TF_MIN
+
+
+def _check_tf_version() -> None:
+    major, minor = (int(x) for x in tf.__version__.split(".")[:2])
+    if not TF_MIN <= (major, minor) < TF_MAX:
+        warnings.warn(
+            f"sok_lite supports TensorFlow >={TF_MIN[0]}.{TF_MIN[1]},<{TF_MAX[0]}.{TF_MAX[1]}; "
+            f"found {tf.__version__}. The op library may fail to load or misbehave.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+@functools.lru_cache(maxsize=None)
+def ops():
+    """The loaded op module (generated wrappers named sok_lite_*)."""
+    _check_tf_version()
+    here = pathlib.Path(__file__).resolve().parent
+    candidates = sorted(here.glob("_sok_lite_ops*.so"))
+    if not candidates:
+        raise ImportError(
+            f"sok_lite op library not found in {here}; build it with "
+            "`pip install -e . --no-build-isolation` (see docs/install.md)"
+        )
+    return tf.load_op_library(str(candidates[0]))

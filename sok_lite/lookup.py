@@ -1,0 +1,125 @@
+"""sok_lite.lookup_sparse: the fused multi-table embedding lookup."""
+
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+from sok_lite import comm
+from sok_lite._compat import ResourceVariable, variable_accessed
+from sok_lite.ops import lookup_ops
+from sok_lite.ragged_input import ids_parts, weight_values
+
+COMBINERS = ("sum", "mean", "sqrtn")
+
+
+def _per_table(value, n: int, what: str) -> list:
+    """Broadcasts None or a scalar setting to every table; checks a list has one per table."""
+    if value is None or isinstance(value, (str, int)):
+        return [value] * n
+    value = list(value)
+    if len(value) != n:
+        raise ValueError(f"{what} has {len(value)} entries for {n} tables")
+    return value
+
+
+def _table_name(var) -> str:
+    return var.name.split(":")[0]
+
+
+def _check_param(var, table: int) -> None:
+    if not isinstance(var, ResourceVariable):
+        raise ValueError(f"table {table}: params must be sok_lite.Variable (or a resource "
+                         f"tf.Variable with one rank), got {type(var).__name__}")
+    if var.shape.rank != 2:
+        raise ValueError(f"table {table} ('{_table_name(var)}'): must be 2-D, got {var.shape}")
+    if var.dtype not in (tf.float32, tf.float64):
+        raise ValueError(f"table {table} ('{_table_name(var)}'): dtype {var.dtype.name} is not "
+                         "supported (float32, float64)")
+
+
+def lookup_sparse(
+    params,
+    sp_ids,
+    sp_weights=None,
+    hotness: int | Sequence[int | None] | None = None,
+    combiners: str | Sequence[str] | None = None,
+    name: str | None = None,
+):
+    """Looks up and combines the embeddings of many tables in one fused step.
+
+    Args:
+      params: a list of sok_lite.Variable, one per table (a single Variable is accepted too).
+      sp_ids: per table, a tf.SparseTensor or tf.RaggedTensor [batch, None] of int32/int64 ids.
+      sp_weights: None, or per table None / a float tensor laid out like the ids.
+      hotness: None, or per table the most ids a sample may have (None/0: no limit).
+      combiners: "sum" | "mean" | "sqrtn", one for all tables or one per table (default "sum").
+      name: name scope of the ops.
+
+    Returns:
+      Per table a [batch, dim] tensor; a single tensor when params was a single Variable. A
+      sample with no ids gives a row of zeros. The gradient of a table is a tf.IndexedSlices
+      over its local shard with one row per unique id (weights get no gradient).
+
+    Raises:
+      ValueError: mismatched list lengths, an unknown combiner, non-integer ids, non-2-D inputs.
+      tf.errors.InvalidArgumentError: an id < 0 or >= the table's rows, or a sample longer than
+        its hotness; the message names the table and the value.
+
+    >>> import numpy as np, tensorflow as tf, sok_lite as sok
+    >>> v = sok.Variable(np.arange(17 * 3).reshape(17, 3), dtype=tf.float32)
+    >>> ids = tf.ragged.constant([[1, 1], [3, 4, 5]], dtype=tf.int64)
+    >>> sok.lookup_sparse(v, ids).numpy().tolist()
+    [[6.0, 8.0, 10.0], [36.0, 39.0, 42.0]]
+    """
+    single = not isinstance(params, (list, tuple))
+    params = [params] if single else list(params)
+    if single:
+        sp_ids = [sp_ids]
+        sp_weights = None if sp_weights is None else [sp_weights]
+    n = len(params)
+    if n == 0:
+        raise ValueError("params is empty")
+    if isinstance(sp_ids, (tf.SparseTensor, tf.RaggedTensor)) or len(sp_ids) != n:
+        raise ValueError(f"sp_ids must be a list with one entry per table ({n})")
+    weights = _per_table(sp_weights, n, "sp_weights")
+    hot = [int(h or 0) for h in _per_table(hotness, n, "hotness")]
+    comb = [c or "sum" for c in _per_table(combiners, n, "combiners")]
+    for t, (var, c, h) in enumerate(zip(params, comb, hot)):
+        _check_param(var, t)
+        if c not in COMBINERS:
+            raise ValueError(f"table {t} ('{_table_name(var)}'): unknown combiner {c!r}, "
+                             f"expected one of {COMBINERS}")
+        if h < 0:
+            raise ValueError(f"table {t} ('{_table_name(var)}'): hotness must be >= 0, got {h}")
+    if comm.num_ranks() != 1:
+        raise NotImplementedError("lookup_sparse across ranks is not available yet")
+
+    with tf.name_scope(name or "sok_lite_lookup_sparse"):
+        parts = [ids_parts(x, t) for t, x in enumerate(sp_ids)]
+        ids = [p[0] for p in parts]
+        splits = [p[1] for p in parts]
+        names = [_table_name(v) for v in params]
+        num_rows = [v.shape[0] if v.shape[0] is not None else -1 for v in params]
+        unique, inverse = lookup_ops.unique_ids(ids, splits, num_rows, hot, names)
+        outputs = [None] * n
+        # One gather + combine per value dtype (normally a single group).
+        for dtype in sorted({v.dtype for v in params}, key=lambda d: d.name):
+            group = [t for t in range(n) if params[t].dtype == dtype]
+            for t in group:
+                variable_accessed(params[t])
+            rows = lookup_ops.gather_rows(
+                [params[t].handle for t in group], [unique[t] for t in group], dtype,
+                [names[t] for t in group],
+            )
+            w = [
+                tf.zeros([0], dtype) if weights[t] is None
+                else weight_values(weights[t], ids[t], dtype, t)
+                for t in group
+            ]
+            combined = lookup_ops.segment_combine(
+                rows, [inverse[t] for t in group], [splits[t] for t in group], w,
+                [comb[t] for t in group],
+            )
+            for t, out in zip(group, combined):
+                outputs[t] = out
+    return outputs[0] if single else outputs

@@ -1,0 +1,1 @@
+"""Thin wrappers over the custom ops, one module per op family, gradients beside them."""

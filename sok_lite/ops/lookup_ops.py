@@ -1,0 +1,86 @@
+"""The lookup op family: unique ids -> gather rows -> combine per sample, and the gradients.
+
+Each wrapper takes lists (one entry per table) so that a whole step's tables run in one op.
+"""
+
+import tensorflow as tf
+
+from sok_lite._loader import ops as _ops
+
+
+def unique_ids(ids, row_splits, num_rows, hotness, table_names, name=None):
+    """Validates and deduplicates the ids of each table.
+
+    Args:
+      ids: list of int64 [n_t] flat ids.
+      row_splits: list of int64 [batch_t + 1].
+      num_rows: list of int, ids must lie in [0, num_rows) (-1: no upper bound).
+      hotness: list of int, the most ids per sample (0: no limit).
+      table_names: list of str for error messages.
+
+    Returns:
+      (unique_ids, inverse): lists of int64 [u_t] and int32 [n_t].
+
+    Raises:
+      tf.errors.InvalidArgumentError: an id out of range, a sample longer than its hotness, or
+        malformed row_splits; the message names the table.
+    """
+    with tf.name_scope(name or "sok_lite_unique_ids"):
+        return _ops().sok_lite_unique_ids(
+            ids=ids, row_splits=row_splits, num_rows=num_rows, hotness=hotness,
+            table_names=table_names,
+        )
+
+
+def gather_rows(handles, indices, dtype, table_names, name=None):
+    """Reads rows `indices[t]` of resource variable `handles[t]` in place; list of [u_t, dim_t]."""
+    with tf.name_scope(name or "sok_lite_gather_rows"):
+        return _ops().sok_lite_gather_rows(
+            handles=handles, indices=indices, dtype=dtype, table_names=table_names
+        )
+
+
+def segment_combine(rows, inverse, row_splits, weights, combiners, name=None):
+    """Per-sample combine of gathered rows; list of [batch_t, dim_t]. weights: [n_t] or [0]."""
+    with tf.name_scope(name or "sok_lite_segment_combine"):
+        return _ops().sok_lite_segment_combine(
+            rows=rows, inverse=inverse, row_splits=row_splits, weights=weights, combiners=combiners
+        )
+
+
+tf.no_gradient("SokLiteUniqueIds")
+tf.no_gradient("SokLiteSegmentCombineGrad")
+
+
+def _num_tables(op) -> int:
+    return op.get_attr("N")
+
+
+@tf.RegisterGradient("SokLiteGatherRows")
+def _gather_rows_grad(op, *grads):
+    """The gradient of a table is an IndexedSlices over the rows that were read."""
+    n = _num_tables(op)
+    handles, indices = op.inputs[:n], op.inputs[n:]
+    slices = []
+    for handle, idx, grad in zip(handles, indices, grads):
+        dense_shape = tf.raw_ops.VariableShape(input=handle, out_type=tf.int64)
+        slices.append(tf.IndexedSlices(grad, idx, dense_shape))
+    return slices + [None] * n
+
+
+@tf.RegisterGradient("SokLiteSegmentCombine")
+def _segment_combine_grad(op, *grads):
+    """One summed gradient row per unique id (the rows input); weights get no gradient."""
+    n = _num_tables(op)
+    rows = op.inputs[:n]
+    inverse, row_splits, weights = op.inputs[n : 2 * n], op.inputs[2 * n : 3 * n], op.inputs[3 * n :]
+    grads = [
+        tf.zeros_like(out) if g is None else tf.convert_to_tensor(g)
+        for g, out in zip(grads, op.outputs)
+    ]
+    num_unique = [tf.shape(r, out_type=tf.int64)[0] for r in rows]
+    row_grads = _ops().sok_lite_segment_combine_grad(
+        grads=grads, inverse=inverse, row_splits=row_splits, weights=weights,
+        num_unique=num_unique, combiners=op.get_attr("combiners"),
+    )
+    return list(row_grads) + [None] * (3 * n)

@@ -1,0 +1,39 @@
+"""Where the rows of a table live: parsed once from SOK-style mode strings."""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Row placement of a table across ranks.
+
+    kind "distributed": global row i lives on rank i % N at local row i // N.
+    kind "localized": the whole table lives on rank `rank`.
+    """
+
+    kind: str
+    rank: int = 0
+
+    @classmethod
+    def parse(cls, mode: str) -> "Placement":
+        """Parses "distributed" or "localized:K" (K a rank >= 0).
+
+        Raises:
+          ValueError: for any other string.
+        """
+        if mode == "distributed":
+            return cls("distributed")
+        kind, sep, rank = mode.partition(":")
+        if kind == "localized" and sep and rank.isdigit():
+            return cls("localized", int(rank))
+        raise ValueError(f"mode must be 'distributed' or 'localized:<rank>', got {mode!r}")
+
+    @property
+    def mode(self) -> str:
+        return "distributed" if self.kind == "distributed" else f"localized:{self.rank}"
+
+    def local_rows(self, global_rows: int, rank: int, num_ranks: int) -> int:
+        """Number of rows rank `rank` holds of a table with `global_rows` rows."""
+        if self.kind == "localized":
+            return global_rows if rank == self.rank else 0
+        return max(0, (global_rows - rank + num_ranks - 1) // num_ranks)

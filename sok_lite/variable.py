@@ -1,0 +1,99 @@
+"""sok_lite.Variable: a tf.Variable that holds this rank's shard of an embedding table."""
+
+import numpy as np
+import tensorflow as tf
+
+from sok_lite import comm
+from sok_lite._compat import ResourceVariable
+from sok_lite.placement import Placement
+
+
+def _global_value(initial_value, shape, initializer, dtype) -> tf.Tensor:
+    if initial_value is not None:
+        if shape is not None or initializer is not None:
+            raise ValueError("pass either initial_value or shape/initializer, not both")
+        if callable(initial_value):
+            initial_value = initial_value()
+        if isinstance(initial_value, np.ndarray) or not tf.is_tensor(initial_value):
+            initial_value = np.asarray(initial_value)
+        return tf.cast(initial_value, dtype)
+    if shape is None:
+        raise ValueError("pass initial_value, or shape= (with an optional initializer=)")
+    shape = tuple(int(d) for d in shape)
+    if initializer is None:
+        initializer = "random_normal"
+    if isinstance(initializer, str):
+        initializer = tf.keras.initializers.get(initializer)
+    return tf.cast(initializer(shape, dtype=dtype), dtype)
+
+
+class Variable(ResourceVariable):
+    """An embedding table whose rows are spread over the ranks of the job.
+
+    This rank holds only its own rows: with mode "distributed", global row i lives on rank
+    i % N at local row i // N; with "localized:K", rank K holds the whole table and every other
+    rank a [0, dim] variable. With one rank the local shard is the whole table.
+
+    Args:
+      initial_value: the GLOBAL table, [rows, dim] (array, tensor or a callable returning one).
+        Each rank keeps its rows.
+      shape: the global [rows, dim], when initial_value is not given.
+      initializer: a Keras initializer (name or object) or callable(shape, dtype) used with shape.
+      dtype: the value dtype (float32 or float64).
+      mode: "distributed" or "localized:K".
+      name: the variable name.
+      trainable: whether the variable is trainable.
+
+    Raises:
+      ValueError: for a table that is not 2-D, a bad mode or conflicting arguments.
+
+    >>> import numpy as np, sok_lite as sok
+    >>> v = sok.Variable(np.zeros([17, 3]), dtype="float32")
+    >>> v.global_shape, v.mode
+    (TensorShape([17, 3]), 'distributed')
+    """
+
+    def __init__(
+        self,
+        initial_value=None,
+        *,
+        shape=None,
+        initializer=None,
+        dtype=tf.float32,
+        mode: str = "distributed",
+        name: str | None = None,
+        trainable: bool = True,
+    ):
+        dtype = tf.as_dtype(dtype)
+        if dtype not in (tf.float32, tf.float64):
+            raise ValueError(f"sok_lite.Variable supports float32 and float64, got {dtype.name}")
+        placement = Placement.parse(mode)
+        communicator = comm.current()
+        rank, num_ranks = communicator.rank, communicator.num_ranks
+        if placement.kind == "localized" and placement.rank >= num_ranks:
+            raise ValueError(f"mode {mode!r} names rank {placement.rank} of {num_ranks}")
+        value = _global_value(initial_value, shape, initializer, dtype)
+        if value.shape.rank != 2:
+            raise ValueError(f"an embedding table must be 2-D [rows, dim], got shape {value.shape}")
+        global_shape = value.shape
+        if placement.kind == "distributed":
+            local = value[rank::num_ranks]
+        else:
+            local = value if rank == placement.rank else value[:0]
+        super().__init__(initial_value=local, trainable=trainable, name=name, dtype=dtype)
+        self._global_shape = global_shape
+        self._placement = placement
+
+    @property
+    def global_shape(self) -> tf.TensorShape:
+        """The [rows, dim] of the whole table across ranks."""
+        return self._global_shape
+
+    @property
+    def mode(self) -> str:
+        """"distributed" or "localized:K"."""
+        return self._placement.mode
+
+    @property
+    def placement(self) -> Placement:
+        return self._placement
