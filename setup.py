@@ -2,7 +2,7 @@
 
 import os
 import pathlib
-import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -14,11 +14,8 @@ ROOT = pathlib.Path(__file__).resolve().parent
 
 
 def _tf_requirement() -> str:
-    """The TensorFlow range, read from the one file that states it (without importing TF)."""
-    text = (ROOT / "sok_lite" / "_tf_range.py").read_text()
-    low = re.search(r"TF_MIN = \((\d+), (\d+)\)", text).groups()
-    high = re.search(r"TF_MAX = \((\d+), (\d+)\)", text).groups()
-    return f"tensorflow-cpu>={'.'.join(low)},<{'.'.join(high)}"
+    """The TensorFlow range, from the one file that states it (run alone: no TF import)."""
+    return runpy.run_path(str(ROOT / "sok_lite" / "_tf_range.py"))["pip_requirement"]()
 
 
 def _tensorflow_importable() -> bool:
@@ -40,8 +37,15 @@ class CMakeBuild(build_ext):
         build_dir = ROOT / "build" / f"cmake-py{sys.version_info[0]}{sys.version_info[1]}"
         build_dir.mkdir(parents=True, exist_ok=True)
         subprocess.check_call(
-            ["cmake", "-S", str(ROOT), "-B", str(build_dir), f"-DPython3_EXECUTABLE={sys.executable}",
-             "-DCMAKE_BUILD_TYPE=Release"]
+            [
+                "cmake",
+                "-S",
+                str(ROOT),
+                "-B",
+                str(build_dir),
+                f"-DPython3_EXECUTABLE={sys.executable}",
+                "-DCMAKE_BUILD_TYPE=Release",
+            ]
         )
         jobs = str(os.cpu_count() or 2)
         subprocess.check_call(["cmake", "--build", str(build_dir), "--parallel", jobs])

@@ -20,7 +20,7 @@ def _check_tf_version() -> None:
         )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ops():
     """The loaded op module (generated wrappers named sok_lite_*)."""
     _check_tf_version()

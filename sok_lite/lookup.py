@@ -28,13 +28,17 @@ def _table_name(var) -> str:
 
 def _check_param(var, table: int) -> None:
     if not isinstance(var, ResourceVariable):
-        raise ValueError(f"table {table}: params must be sok_lite.Variable (or a resource "
-                         f"tf.Variable with one rank), got {type(var).__name__}")
+        raise ValueError(
+            f"table {table}: params must be sok_lite.Variable (or a resource "
+            f"tf.Variable with one rank), got {type(var).__name__}"
+        )
     if var.shape.rank != 2:
         raise ValueError(f"table {table} ('{_table_name(var)}'): must be 2-D, got {var.shape}")
     if var.dtype not in (tf.float32, tf.float64):
-        raise ValueError(f"table {table} ('{_table_name(var)}'): dtype {var.dtype.name} is not "
-                         "supported (float32, float64)")
+        raise ValueError(
+            f"table {table} ('{_table_name(var)}'): dtype {var.dtype.name} is not "
+            "supported (float32, float64)"
+        )
 
 
 def lookup_sparse(
@@ -87,8 +91,10 @@ def lookup_sparse(
     for t, (var, c, h) in enumerate(zip(params, comb, hot)):
         _check_param(var, t)
         if c not in COMBINERS:
-            raise ValueError(f"table {t} ('{_table_name(var)}'): unknown combiner {c!r}, "
-                             f"expected one of {COMBINERS}")
+            raise ValueError(
+                f"table {t} ('{_table_name(var)}'): unknown combiner {c!r}, "
+                f"expected one of {COMBINERS}"
+            )
         if h < 0:
             raise ValueError(f"table {t} ('{_table_name(var)}'): hotness must be >= 0, got {h}")
     if comm.num_ranks() != 1:
@@ -108,16 +114,22 @@ def lookup_sparse(
             for t in group:
                 variable_accessed(params[t])
             rows = lookup_ops.gather_rows(
-                [params[t].handle for t in group], [unique[t] for t in group], dtype,
+                [params[t].handle for t in group],
+                [unique[t] for t in group],
+                dtype,
                 [names[t] for t in group],
             )
             w = [
-                tf.zeros([0], dtype) if weights[t] is None
+                tf.zeros([0], dtype)
+                if weights[t] is None
                 else weight_values(weights[t], ids[t], dtype, t)
                 for t in group
             ]
             combined = lookup_ops.segment_combine(
-                rows, [inverse[t] for t in group], [splits[t] for t in group], w,
+                rows,
+                [inverse[t] for t in group],
+                [splits[t] for t in group],
+                w,
                 [comb[t] for t in group],
             )
             for t, out in zip(group, combined):

@@ -7,17 +7,22 @@ import tensorflow as tf
 def _as_ragged(x, what: str, table: int) -> tf.RaggedTensor:
     if isinstance(x, tf.RaggedTensor):
         if x.ragged_rank != 1 or x.shape.rank != 2:
-            raise ValueError(f"table {table}: {what} must be a 2-D RaggedTensor [batch, None], "
-                             f"got shape {x.shape} with ragged_rank {x.ragged_rank}")
+            raise ValueError(
+                f"table {table}: {what} must be a 2-D RaggedTensor [batch, None], "
+                f"got shape {x.shape} with ragged_rank {x.ragged_rank}"
+            )
         return x
     if isinstance(x, tf.SparseTensor):
         if x.shape.rank is not None and x.shape.rank != 2:
-            raise ValueError(f"table {table}: {what} must be a 2-D SparseTensor, got rank "
-                             f"{x.shape.rank}")
+            raise ValueError(
+                f"table {table}: {what} must be a 2-D SparseTensor, got rank {x.shape.rank}"
+            )
         # Checks that the indices are in row-major order (raises InvalidArgumentError if not).
         return tf.RaggedTensor.from_sparse(x)
-    raise ValueError(f"table {table}: {what} must be a tf.SparseTensor or tf.RaggedTensor, "
-                     f"got {type(x).__name__}")
+    raise ValueError(
+        f"table {table}: {what} must be a tf.SparseTensor or tf.RaggedTensor, "
+        f"got {type(x).__name__}"
+    )
 
 
 def ids_parts(x, table: int) -> tuple[tf.Tensor, tf.Tensor]:
@@ -32,8 +37,7 @@ def weight_values(x, ids: tf.Tensor, dtype: tf.DType, table: int) -> tf.Tensor:
     """Returns the [n] weights of table `table`, checked to have one weight per id."""
     ragged = _as_ragged(x, "sp_weights", table)
     if not ragged.dtype.is_floating:
-        raise ValueError(f"table {table}: weights must be floating point, got "
-                         f"{ragged.dtype.name}")
+        raise ValueError(f"table {table}: weights must be floating point, got {ragged.dtype.name}")
     values = tf.cast(ragged.values, dtype)
     n_ids, n_weights = ids.shape[0], values.shape[0]
     if n_ids is not None and n_weights is not None:

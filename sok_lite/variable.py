@@ -91,7 +91,7 @@ class Variable(ResourceVariable):
 
     @property
     def mode(self) -> str:
-        """"distributed" or "localized:K"."""
+        """ "distributed" or "localized:K"."""
         return self._placement.mode
 
     @property

@@ -88,11 +88,11 @@ void CombineBackward(const T* grad_out, int64_t dim, const int64_t* offsets, con
   }
 }
 
-#define SOK_LITE_INSTANTIATE_COMBINE(T)                                                         \
-  template void SampleScales<T>(const int64_t*, const T*, Combiner, int64_t, int64_t, T*);      \
-  template void CombineForward<T>(const T*, int64_t, const int32_t*, const int64_t*, const T*,  \
-                                  const T*, int64_t, int64_t, T*);                              \
-  template void CombineBackward<T>(const T*, int64_t, const int64_t*, const int64_t*,           \
+#define SOK_LITE_INSTANTIATE_COMBINE(T)                                                        \
+  template void SampleScales<T>(const int64_t*, const T*, Combiner, int64_t, int64_t, T*);     \
+  template void CombineForward<T>(const T*, int64_t, const int32_t*, const int64_t*, const T*, \
+                                  const T*, int64_t, int64_t, T*);                             \
+  template void CombineBackward<T>(const T*, int64_t, const int64_t*, const int64_t*,          \
                                    const int64_t*, const T*, const T*, int64_t, int64_t, T*);
 SOK_LITE_INSTANTIATE_COMBINE(float)
 SOK_LITE_INSTANTIATE_COMBINE(double)

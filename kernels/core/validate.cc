@@ -18,8 +18,8 @@ std::string CheckRowSplits(const int64_t* row_splits, int64_t batch, int64_t n) 
   return "";
 }
 
-std::string CheckIds(const int64_t* ids, const int64_t* row_splits, int64_t batch,
-                     int64_t num_rows, int64_t hotness) {
+std::string CheckIds(const int64_t* ids, const int64_t* row_splits, int64_t batch, int64_t num_rows,
+                     int64_t hotness) {
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t len = row_splits[b + 1] - row_splits[b];
     if (hotness > 0 && len > hotness) {

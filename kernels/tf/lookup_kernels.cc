@@ -249,8 +249,8 @@ class SegmentCombineGradOp : public OpKernel {
       Segments seg;
       if (!ReadSegments(ctx, n_tables, t, num_unique, &seg)) return;
       OP_REQUIRES(ctx, grads.dim_size(0) == seg.batch,
-                  errors::InvalidArgument(TableLabel({}, t), ": gradient has ",
-                                          grads.dim_size(0), " rows for a batch of ", seg.batch));
+                  errors::InvalidArgument(TableLabel({}, t), ": gradient has ", grads.dim_size(0),
+                                          " rows for a batch of ", seg.batch));
       const int64_t dim = grads.dim_size(1);
       const T* weights = static_cast<const T*>(seg.weights);
       std::vector<T> scale(seg.batch);
@@ -262,8 +262,8 @@ class SegmentCombineGradOp : public OpKernel {
       OP_REQUIRES_OK(ctx, ctx->allocate_output(t, TensorShape({num_unique, dim}), &out));
       const int64_t per_row = (1 + seg.n / std::max<int64_t>(num_unique, 1)) * (2 * dim + 4);
       ParallelFor(ctx, num_unique, per_row, [&](int64_t u0, int64_t u1) {
-        CombineBackward(grads.flat<T>().data(), dim, offsets.data(), order.data(),
-                        sample_of.data(), weights, scale.data(), u0, u1, out->flat<T>().data());
+        CombineBackward(grads.flat<T>().data(), dim, offsets.data(), order.data(), sample_of.data(),
+                        weights, scale.data(), u0, u1, out->flat<T>().data());
       });
     }
   }
@@ -274,15 +274,14 @@ class SegmentCombineGradOp : public OpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("SokLiteUniqueIds").Device(DEVICE_CPU), UniqueIdsOp);
 
-#define SOK_LITE_REGISTER_CPU(T)                                                           \
-  REGISTER_KERNEL_BUILDER(                                                                 \
-      Name("SokLiteGatherRows").Device(DEVICE_CPU).TypeConstraint<T>("dtype"),             \
-      GatherRowsOp<T>);                                                                    \
-  REGISTER_KERNEL_BUILDER(                                                                 \
-      Name("SokLiteSegmentCombine").Device(DEVICE_CPU).TypeConstraint<T>("dtype"),         \
-      SegmentCombineOp<T>);                                                                \
-  REGISTER_KERNEL_BUILDER(                                                                 \
-      Name("SokLiteSegmentCombineGrad").Device(DEVICE_CPU).TypeConstraint<T>("dtype"),     \
+#define SOK_LITE_REGISTER_CPU(T)                                                                   \
+  REGISTER_KERNEL_BUILDER(Name("SokLiteGatherRows").Device(DEVICE_CPU).TypeConstraint<T>("dtype"), \
+                          GatherRowsOp<T>);                                                        \
+  REGISTER_KERNEL_BUILDER(                                                                         \
+      Name("SokLiteSegmentCombine").Device(DEVICE_CPU).TypeConstraint<T>("dtype"),                 \
+      SegmentCombineOp<T>);                                                                        \
+  REGISTER_KERNEL_BUILDER(                                                                         \
+      Name("SokLiteSegmentCombineGrad").Device(DEVICE_CPU).TypeConstraint<T>("dtype"),             \
       SegmentCombineGradOp<T>);
 SOK_LITE_REGISTER_CPU(float)
 SOK_LITE_REGISTER_CPU(double)

@@ -1,7 +1,5 @@
 """The single-process communicator: N = 1, every collective is the identity and runs no op."""
 
-import tensorflow as tf
-
 from sok_lite.comm.base import Communicator
 
 

@@ -27,7 +27,10 @@ def unique_ids(ids, row_splits, num_rows, hotness, table_names, name=None):
     """
     with tf.name_scope(name or "sok_lite_unique_ids"):
         return _ops().sok_lite_unique_ids(
-            ids=ids, row_splits=row_splits, num_rows=num_rows, hotness=hotness,
+            ids=ids,
+            row_splits=row_splits,
+            num_rows=num_rows,
+            hotness=hotness,
             table_names=table_names,
         )
 
@@ -73,14 +76,22 @@ def _segment_combine_grad(op, *grads):
     """One summed gradient row per unique id (the rows input); weights get no gradient."""
     n = _num_tables(op)
     rows = op.inputs[:n]
-    inverse, row_splits, weights = op.inputs[n : 2 * n], op.inputs[2 * n : 3 * n], op.inputs[3 * n :]
+    inverse, row_splits, weights = (
+        op.inputs[n : 2 * n],
+        op.inputs[2 * n : 3 * n],
+        op.inputs[3 * n :],
+    )
     grads = [
         tf.zeros_like(out) if g is None else tf.convert_to_tensor(g)
         for g, out in zip(grads, op.outputs)
     ]
     num_unique = [tf.shape(r, out_type=tf.int64)[0] for r in rows]
     row_grads = _ops().sok_lite_segment_combine_grad(
-        grads=grads, inverse=inverse, row_splits=row_splits, weights=weights,
-        num_unique=num_unique, combiners=op.get_attr("combiners"),
+        grads=grads,
+        inverse=inverse,
+        row_splits=row_splits,
+        weights=weights,
+        num_unique=num_unique,
+        combiners=op.get_attr("combiners"),
     )
     return list(row_grads) + [None] * (3 * n)

@@ -1,0 +1,48 @@
+# The two commands of the README: `make demo` and `make test`. Each sets up .venv on first use
+# (TensorFlow, test tools, Horovod, the op library) and skips what is already in place.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+PY := $(abspath $(VENV))/bin/python
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+DEPS_STAMP := $(VENV)/.sok_lite_deps
+HOROVOD_STAMP := $(VENV)/.sok_lite_horovod
+BUILD_STAMP := build/.sok_lite_ops
+KERNEL_SOURCES := $(shell find kernels -name '*.cc' -o -name '*.h' -o -name '*.cu' 2>/dev/null)
+CXX_FILES := $(shell find kernels -name '*.cc' -o -name '*.h' 2>/dev/null)
+
+.PHONY: setup build demo test lint bench clean
+
+setup: $(DEPS_STAMP) $(HOROVOD_STAMP) $(BUILD_STAMP)
+
+$(DEPS_STAMP): requirements-dev.txt sok_lite/_tf_range.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$$($(PY) -c "import runpy; print(runpy.run_path('sok_lite/_tf_range.py')['pip_requirement']())")" -r requirements-dev.txt
+	touch $@
+
+$(HOROVOD_STAMP): $(DEPS_STAMP) scripts/install_horovod.sh
+	bash scripts/install_horovod.sh $(PY)
+	touch $@
+
+build: $(BUILD_STAMP)
+$(BUILD_STAMP): $(DEPS_STAMP) $(KERNEL_SOURCES) CMakeLists.txt setup.py
+	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
+	mkdir -p build && touch $@
+
+demo: setup
+	$(PY) examples/quickstart.py
+
+test: setup
+	$(PY) -m pytest -q tests
+
+lint: $(DEPS_STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(VENV)/bin/clang-format --dry-run -Werror $(CXX_FILES)
+
+bench: setup
+	$(PY) benchmarks/lookup_bench.py
+
+clean:
+	rm -rf build sok_lite/_sok_lite_ops*.so *.egg-info
