@@ -17,8 +17,11 @@ def _as_ragged(x, what: str, table: int) -> tf.RaggedTensor:
             raise ValueError(
                 f"table {table}: {what} must be a 2-D SparseTensor, got rank {x.shape.rank}"
             )
-        # Checks that the indices are in row-major order (raises InvalidArgumentError if not).
-        return tf.RaggedTensor.from_sparse(x)
+        # validate=True raises InvalidArgumentError for indices out of row order (from_sparse
+        # would silently mis-assign ids to samples).
+        return tf.RaggedTensor.from_value_rowids(
+            x.values, x.indices[:, 0], nrows=x.dense_shape[0], validate=True
+        )
     raise ValueError(
         f"table {table}: {what} must be a tf.SparseTensor or tf.RaggedTensor, "
         f"got {type(x).__name__}"
