@@ -10,16 +10,22 @@ def zipf_ids(rng, n, vocab, a=1.2):
     return (rng.zipf(a, size=n) - 1) % vocab
 
 
-def time_step(fn, warmup=5, iters=30):
-    """Median wall time of fn() in milliseconds (fn must block until its result is ready)."""
-    for _ in range(warmup):
-        fn()
-    times = []
+def time_steps(fns, warmup=5, iters=30):
+    """Median wall time in ms of each fn() (each must block until its result is ready).
+
+    The functions run interleaved, one call each per round, so that drift in machine load
+    affects all of them alike.
+    """
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times = [[] for _ in fns]
     for _ in range(iters):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return float(np.median(times))
+        for fn, t in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            t.append((time.perf_counter() - start) * 1e3)
+    return [float(np.median(t)) for t in times]
 
 
 def report(title, ours_ms, peer_ms, peer_name):

@@ -13,7 +13,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from common import report, time_step, zipf_ids  # noqa: E402
+from common import report, time_steps, zipf_ids  # noqa: E402
 
 import sok_lite as sok  # noqa: E402
 
@@ -62,8 +62,7 @@ def main():
     def run(step):
         return lambda: [t.numpy() for t in step()]
 
-    tf_ms = time_step(run(tf_step), iters=args.iters)
-    ours_ms = time_step(run(our_step), iters=args.iters)
+    tf_ms, ours_ms = time_steps([run(tf_step), run(our_step)], iters=args.iters)
     report(
         f"lookup_sparse fwd+bwd: table {args.rows:,} x {args.dim}, batch {args.batch:,} x "
         f"{args.hotness} Zipf(1.2) ids ({n_unique:,} unique), combiner {args.combiner}, "

@@ -101,10 +101,11 @@ def lookup_sparse(
         raise NotImplementedError("lookup_sparse across ranks is not available yet")
 
     with tf.name_scope(name or "sok_lite_lookup_sparse"):
-        parts = [ids_parts(x, t) for t, x in enumerate(sp_ids)]
+        names = [_table_name(v) for v in params]
+        labels = [f"table {t} ('{names[t]}')" for t in range(n)]
+        parts = [ids_parts(x, labels[t]) for t, x in enumerate(sp_ids)]
         ids = [p[0] for p in parts]
         splits = [p[1] for p in parts]
-        names = [_table_name(v) for v in params]
         num_rows = [v.shape[0] if v.shape[0] is not None else -1 for v in params]
         unique, inverse = lookup_ops.unique_ids(ids, splits, num_rows, hot, names)
         outputs = [None] * n
@@ -122,7 +123,7 @@ def lookup_sparse(
             w = [
                 tf.zeros([0], dtype)
                 if weights[t] is None
-                else weight_values(weights[t], ids[t], dtype, t)
+                else weight_values(weights[t], ids[t], dtype, labels[t])
                 for t in group
             ]
             combined = lookup_ops.segment_combine(

@@ -65,13 +65,15 @@ def test_params_and_ids_count_mismatch(tables):
 
 
 def test_float_ids(tables):
-    with pytest.raises(ValueError, match="table 0: ids must be int32 or int64, got float32"):
+    with pytest.raises(
+        ValueError, match=r"table 0 \('users'\): ids must be int32 or int64, got float32"
+    ):
         sok.lookup_sparse(tables, [ids([[1.0]], tf.float32), ids([[1]])])
 
 
 def test_weights_count_mismatch(tables):
     w = tf.ragged.constant([[1.0, 2.0]])
-    with pytest.raises(ValueError, match="table 0: 2 weights for 1 ids"):
+    with pytest.raises(ValueError, match=r"table 0 \('users'\): 2 weights for 1 ids"):
         sok.lookup_sparse(tables, [ids([[1]]), ids([[1]])], [w, None])
 
 
@@ -84,7 +86,15 @@ def test_unordered_sparse_ids(tables):
     sp = tf.SparseTensor(
         indices=[[1, 0], [0, 0]], values=tf.constant([1, 2], tf.int64), dense_shape=[2, 1]
     )
-    with pytest.raises(tf.errors.InvalidArgumentError):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"table 0 \('users'\): .*row-major"):
+        sok.lookup_sparse(tables, [sp, ids([[1], [1]])])
+
+
+def test_sparse_row_id_beyond_dense_shape(tables):
+    sp = tf.SparseTensor(
+        indices=[[0, 0], [5, 0]], values=tf.constant([1, 2], tf.int64), dense_shape=[2, 1]
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"row id 5 .* out of range \[0, 2\)"):
         sok.lookup_sparse(tables, [sp, ids([[1], [1]])])
 
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace sok_lite {
 
@@ -54,46 +55,47 @@ void CombineForward(const T* rows, int64_t dim, const int32_t* inverse, const in
   }
 }
 
-void GroupByUnique(const int32_t* inverse, int64_t n, int64_t num_unique, int64_t* offsets,
-                   int64_t* order) {
-  std::fill(offsets, offsets + num_unique + 1, 0);
-  for (int64_t k = 0; k < n; ++k) ++offsets[inverse[k] + 1];
-  for (int64_t u = 0; u < num_unique; ++u) offsets[u + 1] += offsets[u];
-  // Fill each group front to back; `offsets[u]` is used as the cursor and restored afterwards.
-  for (int64_t k = 0; k < n; ++k) order[offsets[inverse[k]]++] = k;
-  for (int64_t u = num_unique; u > 0; --u) offsets[u] = offsets[u - 1];
-  offsets[0] = 0;
-}
-
-void SampleOfPositions(const int64_t* row_splits, int64_t batch, int64_t* sample_of) {
-  for (int64_t b = 0; b < batch; ++b) {
-    std::fill(sample_of + row_splits[b], sample_of + row_splits[b + 1], b);
-  }
-}
-
 template <typename T>
-void CombineBackward(const T* grad_out, int64_t dim, const int64_t* offsets, const int64_t* order,
-                     const int64_t* sample_of, const T* weights, const T* scale, int64_t u0,
-                     int64_t u1, T* grad_rows) {
-  for (int64_t u = u0; u < u1; ++u) {
-    T* dst = grad_rows + u * dim;
-    std::fill(dst, dst + dim, T(0));
-    for (int64_t j = offsets[u]; j < offsets[u + 1]; ++j) {
-      const int64_t k = order[j];
-      const int64_t s = sample_of[k];
-      const T f = (weights ? weights[k] : T(1)) * scale[s];
-      const T* src = grad_out + s * dim;
-      for (int64_t d = 0; d < dim; ++d) dst[d] += f * src[d];
+void CombineBackwardBlock(const T* grad_out, int64_t dim, const int32_t* inverse,
+                          const int64_t* row_splits, int64_t batch, const T* weights,
+                          const T* scale, int64_t u0, int64_t u1, int64_t d0, int64_t d1,
+                          T* grad_rows) {
+  for (int64_t u = u0; u < u1; ++u)
+    std::fill(grad_rows + u * dim + d0, grad_rows + u * dim + d1, T(0));
+  for (int64_t b = 0; b < batch; ++b) {
+    const T* src = grad_out + b * dim;
+    for (int64_t k = row_splits[b]; k < row_splits[b + 1]; ++k) {
+      const int64_t u = inverse[k];
+      if (u < u0 || u >= u1) continue;
+      const T f = (weights ? weights[k] : T(1)) * scale[b];
+      T* dst = grad_rows + u * dim;
+      for (int64_t d = d0; d < d1; ++d) dst[d] += f * src[d];
     }
   }
 }
 
-#define SOK_LITE_INSTANTIATE_COMBINE(T)                                                        \
-  template void SampleScales<T>(const int64_t*, const T*, Combiner, int64_t, int64_t, T*);     \
-  template void CombineForward<T>(const T*, int64_t, const int32_t*, const int64_t*, const T*, \
-                                  const T*, int64_t, int64_t, T*);                             \
-  template void CombineBackward<T>(const T*, int64_t, const int64_t*, const int64_t*,          \
-                                   const int64_t*, const T*, const T*, int64_t, int64_t, T*);
+void BalancedUniqueRanges(const int32_t* inverse, int64_t n, int64_t num_unique, int64_t parts,
+                          int64_t* bounds) {
+  bounds[0] = 0;
+  bounds[parts] = num_unique;
+  if (parts == 1) return;
+  std::vector<int64_t> counts(num_unique, 0);
+  for (int64_t k = 0; k < n; ++k) ++counts[inverse[k]];
+  int64_t u = 0, seen = 0;
+  for (int64_t p = 1; p < parts; ++p) {
+    const int64_t target = n * p / parts;
+    while (u < num_unique && seen + counts[u] <= target) seen += counts[u++];
+    bounds[p] = u;
+  }
+}
+
+#define SOK_LITE_INSTANTIATE_COMBINE(T)                                                         \
+  template void SampleScales<T>(const int64_t*, const T*, Combiner, int64_t, int64_t, T*);      \
+  template void CombineForward<T>(const T*, int64_t, const int32_t*, const int64_t*, const T*,  \
+                                  const T*, int64_t, int64_t, T*);                              \
+  template void CombineBackwardBlock<T>(const T*, int64_t, const int32_t*, const int64_t*,      \
+                                        int64_t, const T*, const T*, int64_t, int64_t, int64_t, \
+                                        int64_t, T*);
 SOK_LITE_INSTANTIATE_COMBINE(float)
 SOK_LITE_INSTANTIATE_COMBINE(double)
 #undef SOK_LITE_INSTANTIATE_COMBINE

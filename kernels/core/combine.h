@@ -25,21 +25,21 @@ template <typename T>
 void CombineForward(const T* rows, int64_t dim, const int32_t* inverse, const int64_t* row_splits,
                     const T* weights, const T* scale, int64_t b0, int64_t b1, T* out);
 
-// Groups id positions by unique row (a counting sort of `inverse`): the positions of unique row
-// u are order[offsets[u], offsets[u + 1]). offsets has num_unique + 1 entries, order n.
-void GroupByUnique(const int32_t* inverse, int64_t n, int64_t num_unique, int64_t* offsets,
-                   int64_t* order);
-
-// sample_of[k] = the sample that id position k belongs to, for all row_splits[batch] positions.
-void SampleOfPositions(const int64_t* row_splits, int64_t batch, int64_t* sample_of);
-
-// grad_rows[u, :] = sum over positions k of u of w[k] * scale[s] * grad_out[s, :], s =
-// sample_of[k], for unique rows [u0, u1). Each unique row is written by one caller only, so
-// ranges can run in parallel without atomics.
+// Adds grad_out into the rows it came from, restricted to unique rows [u0, u1) and columns
+// [d0, d1): grad_rows[u, d] = sum over positions k with inverse[k] = u of
+// w[k] * scale[s] * grad_out[s, d], s being the sample of k. Every position is scanned; writes
+// stay inside the (rows x columns) block, so disjoint blocks can run in parallel without atomics.
+// The block is zeroed first.
 template <typename T>
-void CombineBackward(const T* grad_out, int64_t dim, const int64_t* offsets, const int64_t* order,
-                     const int64_t* sample_of, const T* weights, const T* scale, int64_t u0,
-                     int64_t u1, T* grad_rows);
+void CombineBackwardBlock(const T* grad_out, int64_t dim, const int32_t* inverse,
+                          const int64_t* row_splits, int64_t batch, const T* weights,
+                          const T* scale, int64_t u0, int64_t u1, int64_t d0, int64_t d1,
+                          T* grad_rows);
+
+// Splits unique rows [0, num_unique) into `parts` ranges carrying about the same number of id
+// positions each (hot ids make equal-size ranges very unequal). bounds gets parts + 1 entries.
+void BalancedUniqueRanges(const int32_t* inverse, int64_t n, int64_t num_unique, int64_t parts,
+                          int64_t* bounds);
 
 }  // namespace sok_lite
 

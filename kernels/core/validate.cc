@@ -48,4 +48,24 @@ std::string CheckInverse(const int32_t* inverse, int64_t n, int64_t num_unique) 
   return "";
 }
 
+std::string RowSplitsFromRowIds(const int64_t* row_ids, int64_t n, int64_t nrows,
+                                int64_t* row_splits) {
+  int64_t row = 0;  // row_splits[0, row] are final
+  row_splits[0] = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t r = row_ids[k];
+    if (r < 0 || r >= nrows) {
+      return "row id " + std::to_string(r) + " at position " + std::to_string(k) +
+             " is out of range [0, " + std::to_string(nrows) + ")";
+    }
+    if (r < row) {
+      return "indices are not in row-major order at position " + std::to_string(k) + " (row " +
+             std::to_string(r) + " after row " + std::to_string(row) + ")";
+    }
+    while (row < r) row_splits[++row] = k;
+  }
+  while (row < nrows) row_splits[++row] = n;
+  return "";
+}
+
 }  // namespace sok_lite

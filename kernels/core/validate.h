@@ -21,6 +21,12 @@ std::string CheckIds(const int64_t* ids, const int64_t* row_splits, int64_t batc
 // Checks that every inverse[k] for k < n is in [0, num_unique).
 std::string CheckInverse(const int32_t* inverse, int64_t n, int64_t num_unique);
 
+// Builds row_splits[0, nrows] from the row id of each of n values (a SparseTensor's
+// indices[:, 0]). Returns "" on success, else the first problem: row ids that decrease (values
+// out of row-major order) or fall outside [0, nrows).
+std::string RowSplitsFromRowIds(const int64_t* row_ids, int64_t n, int64_t nrows,
+                                int64_t* row_splits);
+
 }  // namespace sok_lite
 
 #endif  // SOK_LITE_KERNELS_CORE_VALIDATE_H_

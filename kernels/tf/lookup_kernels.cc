@@ -68,6 +68,28 @@ bool ReadSegments(OpKernelContext* ctx, int n_tables, int t, int64_t num_unique,
 
 }  // namespace
 
+class RowSplitsFromRowIdsOp : public OpKernel {
+ public:
+  explicit RowSplitsFromRowIdsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &name_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& row_ids = ctx->input(0);
+    const int64_t nrows = ctx->input(1).scalar<int64_t>()();
+    OP_REQUIRES(ctx, nrows >= 0, errors::InvalidArgument(name_, ": negative batch size ", nrows));
+    Tensor* splits = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({nrows + 1}), &splits));
+    const std::string problem =
+        RowSplitsFromRowIds(row_ids.flat<int64_t>().data(), row_ids.NumElements(), nrows,
+                            splits->flat<int64_t>().data());
+    OP_REQUIRES(ctx, problem.empty(), errors::InvalidArgument(name_, ": sp_ids ", problem));
+  }
+
+ private:
+  std::string name_;
+};
+
 class UniqueIdsOp : public OpKernel {
  public:
   explicit UniqueIdsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -254,16 +276,30 @@ class SegmentCombineGradOp : public OpKernel {
       const int64_t dim = grads.dim_size(1);
       const T* weights = static_cast<const T*>(seg.weights);
       std::vector<T> scale(seg.batch);
-      std::vector<int64_t> offsets(num_unique + 1), order(seg.n), sample_of(seg.n);
       SampleScales(seg.row_splits, weights, combiners_[t], 0, seg.batch, scale.data());
-      SampleOfPositions(seg.row_splits, seg.batch, sample_of.data());
-      GroupByUnique(seg.inverse, seg.n, num_unique, offsets.data(), order.data());
       Tensor* out = nullptr;
       OP_REQUIRES_OK(ctx, ctx->allocate_output(t, TensorShape({num_unique, dim}), &out));
-      const int64_t per_row = (1 + seg.n / std::max<int64_t>(num_unique, 1)) * (2 * dim + 4);
-      ParallelFor(ctx, num_unique, per_row, [&](int64_t u0, int64_t u1) {
-        CombineBackward(grads.flat<T>().data(), dim, offsets.data(), order.data(), sample_of.data(),
-                        weights, scale.data(), u0, u1, out->flat<T>().data());
+      if (num_unique == 0 || dim == 0) continue;
+      // Blocks of (unique rows x 16-column slices): each task owns one block, so the scatter-add
+      // needs no atomics and no sort. Column slices first (perfect balance), then row ranges
+      // balanced by id count once there are more threads than slices.
+      const int64_t threads =
+          std::max(1, ctx->device()->tensorflow_cpu_worker_threads()->num_threads);
+      const int64_t col_blocks = std::min<int64_t>(threads, (dim + 15) / 16);
+      const int64_t row_blocks =
+          std::min<int64_t>((threads + col_blocks - 1) / col_blocks, num_unique);
+      std::vector<int64_t> bounds(row_blocks + 1);
+      BalancedUniqueRanges(seg.inverse, seg.n, num_unique, row_blocks, bounds.data());
+      const T* g = grads.flat<T>().data();
+      T* dst = out->flat<T>().data();
+      const int64_t cost = seg.n * (2 * dim / col_blocks + 4);
+      ParallelFor(ctx, row_blocks * col_blocks, cost, [&](int64_t b0, int64_t b1) {
+        for (int64_t block = b0; block < b1; ++block) {
+          const int64_t r = block / col_blocks, c = block % col_blocks;
+          const int64_t d0 = dim * c / col_blocks, d1 = dim * (c + 1) / col_blocks;
+          CombineBackwardBlock(g, dim, seg.inverse, seg.row_splits, seg.batch, weights,
+                               scale.data(), bounds[r], bounds[r + 1], d0, d1, dst);
+        }
       });
     }
   }
@@ -272,6 +308,8 @@ class SegmentCombineGradOp : public OpKernel {
   std::vector<Combiner> combiners_;
 };
 
+REGISTER_KERNEL_BUILDER(Name("SokLiteRowSplitsFromRowIds").Device(DEVICE_CPU),
+                        RowSplitsFromRowIdsOp);
 REGISTER_KERNEL_BUILDER(Name("SokLiteUniqueIds").Device(DEVICE_CPU), UniqueIdsOp);
 
 #define SOK_LITE_REGISTER_CPU(T)                                                                   \

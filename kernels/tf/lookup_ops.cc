@@ -94,7 +94,30 @@ Status SegmentCombineGradShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+// Inputs: row_ids [n], nrows scalar. Output: row_splits [nrows + 1].
+Status RowSplitsFromRowIdsShape(InferenceContext* c) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &unused));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &unused));
+  DimensionHandle nrows;
+  TF_RETURN_IF_ERROR(c->MakeDimForScalarInput(1, &nrows));
+  DimensionHandle splits;
+  TF_RETURN_IF_ERROR(c->Add(nrows, 1, &splits));
+  c->set_output(0, c->Vector(splits));
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+REGISTER_OP("SokLiteRowSplitsFromRowIds")
+    .Input("row_ids: int64")
+    .Input("nrows: int64")
+    .Output("row_splits: int64")
+    .Attr("table_name: string = ''")
+    .SetShapeFn(RowSplitsFromRowIdsShape)
+    .Doc(R"doc(
+Row splits of a 2-D SparseTensor from its indices[:, 0], checking row-major order.
+)doc");
 
 REGISTER_OP("SokLiteUniqueIds")
     .Input("ids: N * int64")

@@ -8,6 +8,14 @@ import tensorflow as tf
 from sok_lite._loader import ops as _ops
 
 
+def row_splits_from_row_ids(row_ids, nrows, table_name="", name=None):
+    """Row splits [nrows + 1] of a 2-D SparseTensor from its indices[:, 0] (row-major checked)."""
+    with tf.name_scope(name or "sok_lite_row_splits"):
+        return _ops().sok_lite_row_splits_from_row_ids(
+            row_ids=row_ids, nrows=nrows, table_name=table_name
+        )
+
+
 def unique_ids(ids, row_splits, num_rows, hotness, table_names, name=None):
     """Validates and deduplicates the ids of each table.
 
@@ -51,6 +59,7 @@ def segment_combine(rows, inverse, row_splits, weights, combiners, name=None):
         )
 
 
+tf.no_gradient("SokLiteRowSplitsFromRowIds")
 tf.no_gradient("SokLiteUniqueIds")
 tf.no_gradient("SokLiteSegmentCombineGrad")
 
