@@ -34,7 +34,7 @@ demo: setup
 	$(PY) examples/quickstart.py
 
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --doctest-modules sok_lite tests
 
 lint: $(DEPS_STAMP)
 	$(PY) -m ruff check .
