@@ -6,8 +6,9 @@ import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite._compat import ResourceVariable, variable_accessed
-from sok_lite.ops import lookup_ops
+from sok_lite.ops import exchange_ops, lookup_ops
 from sok_lite.ragged_input import ids_parts, weight_values
+from sok_lite.variable import Variable
 
 COMBINERS = ("sum", "mean", "sqrtn")
 
@@ -97,8 +98,9 @@ def lookup_sparse(
             )
         if h < 0:
             raise ValueError(f"table {t} ('{_table_name(var)}'): hotness must be >= 0, got {h}")
-    if comm.num_ranks() != 1:
-        raise NotImplementedError("lookup_sparse across ranks is not available yet")
+    communicator = comm.current()
+    if communicator.num_ranks > 1:
+        _check_distributed_params(params)
 
     with tf.name_scope(name or "sok_lite_lookup_sparse"):
         names = [_table_name(v) for v in params]
@@ -106,20 +108,17 @@ def lookup_sparse(
         parts = [ids_parts(x, labels[t]) for t, x in enumerate(sp_ids)]
         ids = [p[0] for p in parts]
         splits = [p[1] for p in parts]
-        num_rows = [v.shape[0] if v.shape[0] is not None else -1 for v in params]
+        num_rows = [_global_rows(v) for v in params]
         unique, inverse = lookup_ops.unique_ids(ids, splits, num_rows, hot, names)
+        for var in params:
+            variable_accessed(var)
+        if communicator.num_ranks == 1:
+            rows = _local_rows(params, unique, names)
+        else:
+            rows = _exchanged_rows(params, unique, names, communicator)
         outputs = [None] * n
-        # One gather + combine per value dtype (normally a single group).
-        for dtype in sorted({v.dtype for v in params}, key=lambda d: d.name):
-            group = [t for t in range(n) if params[t].dtype == dtype]
-            for t in group:
-                variable_accessed(params[t])
-            rows = lookup_ops.gather_rows(
-                [params[t].handle for t in group],
-                [unique[t] for t in group],
-                dtype,
-                [names[t] for t in group],
-            )
+        for group in _dtype_groups(params):
+            dtype = params[group[0]].dtype
             w = [
                 tf.zeros([0], dtype)
                 if weights[t] is None
@@ -127,7 +126,7 @@ def lookup_sparse(
                 for t in group
             ]
             combined = lookup_ops.segment_combine(
-                rows,
+                [rows[t] for t in group],
                 [inverse[t] for t in group],
                 [splits[t] for t in group],
                 w,
@@ -136,3 +135,64 @@ def lookup_sparse(
             for t, out in zip(group, combined):
                 outputs[t] = out
     return outputs[0] if single else outputs
+
+
+def _global_rows(var) -> int:
+    rows = var.global_shape[0] if isinstance(var, Variable) else var.shape[0]
+    return -1 if rows is None else int(rows)
+
+
+def _dtype_groups(params) -> list[list[int]]:
+    """Table indices grouped by value dtype (one gather/combine op per group)."""
+    groups: dict = {}
+    for t, var in enumerate(params):
+        groups.setdefault(var.dtype, []).append(t)
+    return list(groups.values())
+
+
+def _check_distributed_params(params) -> None:
+    for t, var in enumerate(params):
+        if not isinstance(var, Variable):
+            raise ValueError(
+                f"table {t} ('{_table_name(var)}'): with several ranks every table must be a "
+                f"sok_lite.Variable, got {type(var).__name__}"
+            )
+        if var.dtype != params[0].dtype:
+            raise ValueError(
+                f"table {t} ('{_table_name(var)}'): with several ranks all tables of one call "
+                f"share a dtype ({params[0].dtype.name}), got {var.dtype.name}"
+            )
+
+
+def _local_rows(params, unique, names) -> list:
+    """One rank: every row is here; read the unique rows in place."""
+    rows = [None] * len(params)
+    for group in _dtype_groups(params):
+        gathered = lookup_ops.gather_rows(
+            [params[t].handle for t in group],
+            [unique[t] for t in group],
+            params[group[0]].dtype,
+            [names[t] for t in group],
+        )
+        for t, r in zip(group, gathered):
+            rows[t] = r
+    return rows
+
+
+def _exchanged_rows(params, unique, names, communicator) -> list:
+    """Several ranks: ask the owners for the unique rows, all tables in one pair of all-to-alls.
+
+    The id message carries per-table counts in front of each destination's ids, so one
+    all-to-all of ids and one of vectors serve every table of the call.
+    """
+    localized = [-1 if v.placement.kind == "distributed" else v.placement.rank for v in params]
+    message, splits, counts, send_pos = exchange_ops.partition_by_owner(
+        unique, communicator.num_ranks, localized
+    )
+    received, received_splits = communicator.alltoall(message, splits)
+    dims = [int(v.shape[1]) for v in params]
+    vectors, vector_splits = exchange_ops.gather_for_peers(
+        [v.handle for v in params], received, received_splits, params[0].dtype, dims, names
+    )
+    answered, _ = communicator.alltoall(vectors, vector_splits)
+    return exchange_ops.unpack_rows(answered, counts, send_pos, dims)

@@ -6,6 +6,7 @@
 #include "kernels/core/unique.h"
 #include "kernels/core/validate.h"
 #include "kernels/tf/cpu_parallel.h"
+#include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/resource_var.h"
@@ -22,12 +23,6 @@ using ::tensorflow::TensorShape;
 namespace errors = ::tensorflow::errors;
 
 namespace {
-
-std::string TableLabel(const std::vector<std::string>& names, int t) {
-  std::string label = "table " + std::to_string(t);
-  if (t < static_cast<int>(names.size()) && !names[t].empty()) label += " ('" + names[t] + "')";
-  return label;
-}
 
 // Validated view of one table's ragged segments: inverse / row_splits / weights inputs.
 struct Segments {
@@ -170,15 +165,8 @@ class GatherRowsOp : public OpKernel {
       // Rows are read in place under a shared lock, as ResourceGather does: no dense copy of the
       // table, and the variable is not switched to copy-on-read mode.
       tensorflow::tf_shared_lock lock(*var->mu());
+      OP_REQUIRES_OK(ctx, CheckTable<T>(var.get(), label));
       const Tensor& table = *var->tensor();
-      OP_REQUIRES(ctx, var->is_initialized, errors::FailedPrecondition(label, ": not initialized"));
-      OP_REQUIRES(ctx, table.dtype() == tensorflow::DataTypeToEnum<T>::v(),
-                  errors::InvalidArgument(label, ": variable dtype ",
-                                          tensorflow::DataTypeString(table.dtype()),
-                                          " does not match the lookup dtype"));
-      OP_REQUIRES(ctx, table.dims() == 2,
-                  errors::InvalidArgument(label, ": variable must be 2-D, got shape ",
-                                          table.shape().DebugString()));
       const int64_t num_rows = table.dim_size(0);
       const int64_t dim = table.dim_size(1);
       const Tensor& indices_t = ctx->input(n_tables + t);

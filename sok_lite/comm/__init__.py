@@ -3,40 +3,55 @@
 from sok_lite.comm.base import Communicator
 from sok_lite.comm.local import LocalCommunicator
 
-_BACKENDS = ("auto", "local")
+_BACKENDS = ("auto", "horovod", "local")
 _current: Communicator | None = None
 
 
 def init(comm: str = "auto") -> Communicator:
     """Chooses the communicator of this process and returns it.
 
+    Call it before creating sok_lite variables: their shards follow the rank and size chosen here.
+
     Args:
-      comm: "auto" or "local". "auto" picks the local (single-process) backend when no
-        distributed engine is active. Other backends ("horovod", "strategy") are planned.
+      comm: "auto", "horovod" or "local". "auto" picks Horovod when horovod.tensorflow is
+        initialized (hvd.init() has run), else the local single-process backend. "horovod" calls
+        hvd.init() if needed.
 
     Returns:
       The active Communicator.
 
     Raises:
       ValueError: for an unknown backend name.
+      ImportError: "horovod" without Horovod installed.
     """
     global _current
     if comm not in _BACKENDS:
         raise ValueError(f"unknown communicator {comm!r}; expected one of {_BACKENDS}")
-    _current = LocalCommunicator()
+    if comm == "auto":
+        from sok_lite.comm.horovod import horovod_is_initialized
+
+        comm = "horovod" if horovod_is_initialized() else "local"
+    if comm == "horovod":
+        from sok_lite.comm.horovod import HorovodCommunicator
+
+        _current = HorovodCommunicator()
+    else:
+        _current = LocalCommunicator()
     return _current
 
 
 def current() -> Communicator:
-    """The communicator chosen by init(); the local one if init() was never called."""
-    return _current if _current is not None else init("local")
+    """The communicator chosen by init(); init("auto") on first use if it was never called."""
+    return _current if _current is not None else init("auto")
 
 
 def rank() -> int:
+    """This process's rank."""
     return current().rank
 
 
 def num_ranks() -> int:
+    """The number of ranks in the job."""
     return current().num_ranks
 
 

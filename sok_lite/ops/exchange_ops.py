@@ -1,0 +1,79 @@
+"""The exchange op family: packing the id and vector messages of the distributed lookup around
+the communicator's all-to-alls, and their gradients (layouts in kernels/core/exchange.h)."""
+
+import tensorflow as tf
+
+from sok_lite._loader import ops as _ops
+
+
+def partition_by_owner(unique_ids, num_ranks, localized_ranks, name=None):
+    """Builds the id message from each table's unique global ids.
+
+    Args:
+      unique_ids: list of int64 [u_t] global ids, one per table.
+      num_ranks: the number of ranks.
+      localized_ranks: per table, -1 (distributed) or the rank holding the whole table.
+
+    Returns:
+      (message, splits, counts, send_pos): the int64 message, its [num_ranks] segment sizes, the
+      [num_ranks * T] id counts per (rank, table) and, per sent id, its index in its table's
+      unique ids.
+    """
+    with tf.name_scope(name or "sok_lite_partition_by_owner"):
+        return _ops().sok_lite_partition_by_owner(
+            unique_ids=unique_ids, num_ranks=num_ranks, localized_ranks=localized_ranks
+        )
+
+
+def gather_for_peers(handles, message, splits, dtype, dims, table_names, name=None):
+    """Answers a received id message with the flattened local rows; (vectors, vector_splits)."""
+    with tf.name_scope(name or "sok_lite_gather_for_peers"):
+        return _ops().sok_lite_gather_for_peers(
+            handles=handles,
+            message=message,
+            splits=splits,
+            dtype=dtype,
+            dims=dims,
+            table_names=table_names,
+        )
+
+
+def unpack_rows(vectors, counts, send_pos, dims, name=None):
+    """Per-table [u_t, dim_t] rows, in unique order, from the received vector message."""
+    with tf.name_scope(name or "sok_lite_unpack_rows"):
+        return _ops().sok_lite_unpack_rows(
+            vectors=vectors, counts=counts, send_pos=send_pos, N=len(dims), dims=dims
+        )
+
+
+tf.no_gradient("SokLitePartitionByOwner")
+tf.no_gradient("SokLitePackRows")
+tf.no_gradient("SokLiteReduceForOwner")
+
+
+@tf.RegisterGradient("SokLiteUnpackRows")
+def _unpack_rows_grad(op, *grads):
+    vectors, counts, send_pos = op.inputs
+    grads = [
+        tf.zeros_like(out) if g is None else tf.convert_to_tensor(g)
+        for g, out in zip(grads, op.outputs)
+    ]
+    packed = _ops().sok_lite_pack_rows(rows=grads, counts=counts, send_pos=send_pos)
+    return [packed, None, None]
+
+
+@tf.RegisterGradient("SokLiteGatherForPeers")
+def _gather_for_peers_grad(op, grad_vectors, unused_grad_splits):
+    """Sums what every rank sent back per local row: one IndexedSlices row per owned id."""
+    n = op.get_attr("N")
+    handles = op.inputs[:n]
+    message, splits = op.inputs[n], op.inputs[n + 1]
+    dims = op.get_attr("dims")
+    rows, values = _ops().sok_lite_reduce_for_owner(
+        grads=grad_vectors, message=message, splits=splits, N=n, dims=dims
+    )
+    slices = []
+    for handle, r, v in zip(handles, rows, values):
+        dense_shape = tf.raw_ops.VariableShape(input=handle, out_type=tf.int64)
+        slices.append(tf.IndexedSlices(v, r, dense_shape))
+    return slices + [None, None]
