@@ -123,8 +123,8 @@ class GatherForPeersOp : public OpKernel {
       OP_REQUIRES_OK(ctx, CheckTable<T>(vars[t].get(), TableLabel(names_, t)));
       const Tensor& table = *vars[t]->tensor();
       OP_REQUIRES(ctx, table.dim_size(1) == dims[t],
-                  errors::InvalidArgument(TableLabel(names_, t), ": rows have ",
-                                          table.dim_size(1), " columns, expected ", dims[t]));
+                  errors::InvalidArgument(TableLabel(names_, t), ": rows have ", table.dim_size(1),
+                                          " columns, expected ", dims[t]));
       const int64_t rows = table.dim_size(0), dim = dims[t];
       const T* src = table.flat<T>().data();
       for (int64_t r = 0; r < num_ranks; ++r) {
