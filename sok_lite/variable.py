@@ -5,26 +5,48 @@ import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite._compat import ResourceVariable
+from sok_lite.initializers import row_initializer
 from sok_lite.placement import Placement
 
 
-def _global_value(initial_value, shape, initializer, dtype) -> tf.Tensor:
+def _global_value(initial_value, dtype) -> tf.Tensor:
+    if callable(initial_value):
+        initial_value = initial_value()
+    if isinstance(initial_value, np.ndarray) or not tf.is_tensor(initial_value):
+        initial_value = np.asarray(initial_value)
+    return tf.cast(initial_value, dtype)
+
+
+def _local_row_ids(placement: Placement, rows: int, rank: int, num_ranks: int) -> tf.Tensor:
+    if placement.kind == "distributed":
+        return tf.range(rank, rows, num_ranks, dtype=tf.int64)
+    return tf.range(rows if rank == placement.rank else 0, dtype=tf.int64)
+
+
+def _local_value(initial_value, shape, initializer, dtype, placement, rank, num_ranks):
+    """This rank's rows and the global shape, from a global value or from shape + initializer."""
     if initial_value is not None:
         if shape is not None or initializer is not None:
             raise ValueError("pass either initial_value or shape/initializer, not both")
-        if callable(initial_value):
-            initial_value = initial_value()
-        if isinstance(initial_value, np.ndarray) or not tf.is_tensor(initial_value):
-            initial_value = np.asarray(initial_value)
-        return tf.cast(initial_value, dtype)
+        value = _global_value(initial_value, dtype)
+        if value.shape.rank != 2:
+            raise ValueError(f"an embedding table must be 2-D [rows, dim], got shape {value.shape}")
+        if placement.kind == "distributed":
+            return value[rank::num_ranks], value.shape
+        return (value if rank == placement.rank else value[:0]), value.shape
     if shape is None:
         raise ValueError("pass initial_value, or shape= (with an optional initializer=)")
-    shape = tuple(int(d) for d in shape)
-    if initializer is None:
-        initializer = "random_normal"
-    if isinstance(initializer, str):
-        initializer = tf.keras.initializers.get(initializer)
-    return tf.cast(initializer(shape, dtype=dtype), dtype)
+    shape = tf.TensorShape(shape)
+    if shape.rank != 2 or not shape.is_fully_defined():
+        raise ValueError(f"an embedding table must be 2-D [rows, dim], got shape {shape}")
+    rows, dim = shape.as_list()
+    ids = _local_row_ids(placement, rows, rank, num_ranks)
+    init = row_initializer("random_normal" if initializer is None else initializer)
+    if init is not None:
+        return init(ids, dim, dtype), shape
+    # Any other callable(shape, dtype): evaluated on the global shape, then sliced. Correct for
+    # every rank count, but each rank computes the whole table once.
+    return tf.gather(tf.cast(initializer(shape, dtype=dtype), dtype), ids), shape
 
 
 class Variable(ResourceVariable):
@@ -38,7 +60,10 @@ class Variable(ResourceVariable):
       initial_value: the GLOBAL table, [rows, dim] (array, tensor or a callable returning one).
         Each rank keeps its rows.
       shape: the global [rows, dim], when initial_value is not given.
-      initializer: a Keras initializer (name or object) or callable(shape, dtype) used with shape.
+      initializer: with shape: a Keras initializer (name or object: RandomNormal, TruncatedNormal,
+        RandomUniform, Zeros, Ones, Constant), a number, or any callable(shape, dtype). The Keras
+        kinds are computed per row from (seed, global row id): the global table is the same for
+        every number of ranks. Default "random_normal" (stddev 0.05).
       dtype: the value dtype (float32 or float64).
       mode: "distributed" or "localized:K".
       name: the variable name.
@@ -72,14 +97,9 @@ class Variable(ResourceVariable):
         rank, num_ranks = communicator.rank, communicator.num_ranks
         if placement.kind == "localized" and placement.rank >= num_ranks:
             raise ValueError(f"mode {mode!r} names rank {placement.rank} of {num_ranks}")
-        value = _global_value(initial_value, shape, initializer, dtype)
-        if value.shape.rank != 2:
-            raise ValueError(f"an embedding table must be 2-D [rows, dim], got shape {value.shape}")
-        global_shape = value.shape
-        if placement.kind == "distributed":
-            local = value[rank::num_ranks]
-        else:
-            local = value if rank == placement.rank else value[:0]
+        local, global_shape = _local_value(
+            initial_value, shape, initializer, dtype, placement, rank, num_ranks
+        )
         super().__init__(initial_value=local, trainable=trainable, name=name, dtype=dtype)
         self._global_shape = global_shape
         self._placement = placement

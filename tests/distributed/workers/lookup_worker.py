@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 import sok_lite as sok
+from sok_lite.initializers import RowInitializer
 from tests.distributed.workers.report import Report
 from tests.lookup_cases import Case, ragged, tf_reference
 
@@ -147,7 +148,17 @@ def check_sgd_matches_single_process(steps: int = 50):
     report.check()
 
 
+def check_initializer_is_rank_independent():
+    init = keras.initializers.TruncatedNormal(stddev=0.1, seed=9)
+    v = sok.Variable(shape=[17, 4], initializer=init)
+    # The whole table as one rank would build it: every global row id.
+    full = RowInitializer("truncated_normal", 0.0, 0.1, seed=9)(tf.range(17), 4, tf.float32)
+    np.testing.assert_array_equal(v.numpy(), full.numpy()[RANK::N])
+    report.check()
+
+
 check_design_example()
+check_initializer_is_rank_independent()
 for seed, batch in [(0, 9), (1, 1), (2, 0), (3, 16)]:  # batch 1 and 0: ranks with no samples
     check_against_tf(seed, batch, use_function=bool(seed % 2))
 check_sgd_matches_single_process()

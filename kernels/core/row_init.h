@@ -1,0 +1,30 @@
+// Deterministic initial values of embedding rows: value (row, column) is a pure function of
+// (seed, row id, column), so a table holds the same numbers whatever the number of ranks, the
+// order in which rows are created, or (for hash tables) a rehash.
+#ifndef SOK_LITE_KERNELS_CORE_ROW_INIT_H_
+#define SOK_LITE_KERNELS_CORE_ROW_INIT_H_
+
+#include <cstdint>
+#include <string>
+
+namespace sok_lite {
+
+enum class InitKind { kNormal, kTruncatedNormal, kUniform, kConstant };
+
+struct RowInit {
+  InitKind kind = InitKind::kNormal;
+  uint64_t seed = 0;
+  double a = 0.0;  // mean (normal kinds), minval (uniform), value (constant)
+  double b = 1.0;  // stddev (normal kinds), maxval (uniform)
+};
+
+// Parses "random_normal", "truncated_normal", "random_uniform" or "constant".
+bool ParseInitKind(const std::string& name, InitKind* kind);
+
+// out[i, :] = the initial row of row id ids[i], for i in [i0, i1); out is [n, dim].
+template <typename T>
+void InitRows(const RowInit& init, const int64_t* ids, int64_t dim, int64_t i0, int64_t i1, T* out);
+
+}  // namespace sok_lite
+
+#endif  // SOK_LITE_KERNELS_CORE_ROW_INIT_H_

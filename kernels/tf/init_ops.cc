@@ -1,0 +1,91 @@
+// The row initializer op: deterministic initial rows from (seed, row id), see core/row_init.h.
+#include "kernels/core/row_init.h"
+#include "kernels/tf/cpu_parallel.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace sok_lite {
+
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+namespace errors = ::tensorflow::errors;
+
+namespace {
+
+absl::Status InitRowsShape(InferenceContext* c) {
+  ShapeHandle ids;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &ids));
+  int64_t dim = 0;
+  TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+  c->set_output(0, c->Matrix(c->Dim(ids, 0), dim));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+REGISTER_OP("SokLiteInitRows")
+    .Input("row_ids: int64")
+    .Output("rows: dtype")
+    .Attr("dtype: {float, double}")
+    .Attr("dim: int >= 0")
+    .Attr("kind: string")
+    .Attr("seed: int")
+    .Attr("a: float = 0.0")
+    .Attr("b: float = 1.0")
+    .SetShapeFn(InitRowsShape)
+    .Doc(R"doc(
+Initial rows for row ids (global row ids or hash keys), a pure function of (seed, id, column).
+
+kind: "random_normal" (a = mean, b = stddev), "truncated_normal" (the same, redrawn beyond 2
+  stddev), "random_uniform" (a = minval, b = maxval) or "constant" (a = value).
+)doc");
+
+template <typename T>
+class InitRowsOp : public OpKernel {
+ public:
+  explicit InitRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::string kind;
+    int64_t seed = 0;
+    float a = 0, b = 1;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("kind", &kind));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("a", &a));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("b", &b));
+    OP_REQUIRES(ctx, ParseInitKind(kind, &init_.kind),
+                errors::InvalidArgument("unknown initializer kind '", kind, "'"));
+    init_.seed = static_cast<uint64_t>(seed);
+    init_.a = a;
+    init_.b = b;
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& ids = ctx->input(0);
+    const int64_t n = ids.NumElements();
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim_}), &out));
+    const int64_t* id = ids.flat<int64_t>().data();
+    T* dst = out->flat<T>().data();
+    ParallelFor(ctx, n, 40 * dim_ + 1,
+                [&](int64_t i0, int64_t i1) { InitRows(init_, id, dim_, i0, i1, dst); });
+  }
+
+ private:
+  int64_t dim_ = 0;
+  RowInit init_;
+};
+
+REGISTER_KERNEL_BUILDER(
+    Name("SokLiteInitRows").Device(::tensorflow::DEVICE_CPU).TypeConstraint<float>("dtype"),
+    InitRowsOp<float>);
+REGISTER_KERNEL_BUILDER(
+    Name("SokLiteInitRows").Device(::tensorflow::DEVICE_CPU).TypeConstraint<double>("dtype"),
+    InitRowsOp<double>);
+
+}  // namespace sok_lite

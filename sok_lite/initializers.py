@@ -1,0 +1,68 @@
+"""Row initializers whose values depend only on (seed, row id, column).
+
+A table built from the same initializer and seed therefore holds the same global values on any
+number of ranks, and no rank ever materializes rows it does not own. Keras' RandomNormal,
+TruncatedNormal, RandomUniform, Zeros, Ones and Constant (or their names) are translated; the
+numbers differ from Keras' own streams but follow the same distributions.
+"""
+
+import dataclasses
+import itertools
+
+import keras
+import tensorflow as tf
+
+from sok_lite._loader import ops as _ops
+
+# Variables created without an explicit seed get 1, 2, 3, ... in creation order: every rank
+# creates its variables in the same order, so they agree without communicating.
+_default_seeds = itertools.count(1)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowInitializer:
+    """kind: random_normal | truncated_normal | random_uniform | constant; a, b as in the op."""
+
+    kind: str
+    a: float = 0.0
+    b: float = 1.0
+    seed: int = 0
+
+    def __call__(self, row_ids: tf.Tensor, dim: int, dtype: tf.DType) -> tf.Tensor:
+        """The initial [len(row_ids), dim] rows of the given int64 row ids (or keys)."""
+        return _ops().sok_lite_init_rows(
+            row_ids=tf.cast(row_ids, tf.int64),
+            dtype=dtype,
+            dim=dim,
+            kind=self.kind,
+            seed=self.seed,
+            a=self.a,
+            b=self.b,
+        )
+
+
+def _seed(config: dict) -> int:
+    seed = config.get("seed")
+    return int(seed) if isinstance(seed, int) else next(_default_seeds)
+
+
+def row_initializer(initializer) -> RowInitializer | None:
+    """Translates a Keras initializer (object or name) or a number; None if it cannot be."""
+    if isinstance(initializer, (int, float)):
+        return RowInitializer("constant", a=float(initializer))
+    if isinstance(initializer, str):
+        initializer = keras.initializers.get(initializer)
+    config = initializer.get_config() if hasattr(initializer, "get_config") else {}
+    if isinstance(initializer, keras.initializers.Zeros):
+        return RowInitializer("constant", a=0.0)
+    if isinstance(initializer, keras.initializers.Ones):
+        return RowInitializer("constant", a=1.0)
+    if isinstance(initializer, keras.initializers.Constant):
+        return RowInitializer("constant", a=float(config["value"]))
+    if isinstance(initializer, keras.initializers.TruncatedNormal):
+        return RowInitializer("truncated_normal", config["mean"], config["stddev"], _seed(config))
+    if isinstance(initializer, keras.initializers.RandomNormal):
+        return RowInitializer("random_normal", config["mean"], config["stddev"], _seed(config))
+    if isinstance(initializer, keras.initializers.RandomUniform):
+        return RowInitializer("random_uniform", config["minval"], config["maxval"], _seed(config))
+    return None
