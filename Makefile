@@ -11,7 +11,7 @@ BUILD_STAMP := build/.sok_lite_ops
 KERNEL_SOURCES := $(shell find kernels -name '*.cc' -o -name '*.h' -o -name '*.cu' 2>/dev/null)
 CXX_FILES := $(shell find kernels -name '*.cc' -o -name '*.h' 2>/dev/null)
 
-.PHONY: setup build demo test lint bench clean
+.PHONY: setup build demo test lint bench bench-distributed clean
 
 setup: $(DEPS_STAMP) $(HOROVOD_STAMP) $(BUILD_STAMP)
 
@@ -43,6 +43,9 @@ lint: $(DEPS_STAMP)
 
 bench: setup
 	$(PY) benchmarks/lookup_bench.py
+
+bench-distributed: setup
+	cd benchmarks && horovodrun -np 2 -H localhost:2 --gloo $(PY) distributed_bench.py
 
 clean:
 	rm -rf build sok_lite/_sok_lite_ops*.so *.egg-info
