@@ -1,9 +1,30 @@
 """sok_lite: sharded, sparse and dynamic embedding tables for TensorFlow/Keras."""
 
+from sok_lite import optimizers
 from sok_lite.comm import init, num_ranks, rank
 from sok_lite.lookup import lookup_sparse
+from sok_lite.optimizer import (
+    OptimizerScope,
+    OptimizerWrapper,
+    filter_variables,
+    split_embedding_variable_from_others,
+)
+from sok_lite.slots import opt_slots
 from sok_lite.variable import Variable
 
 __version__ = "0.1.0"
 
-__all__ = ["init", "rank", "num_ranks", "Variable", "lookup_sparse", "__version__"]
+__all__ = [
+    "init",
+    "rank",
+    "num_ranks",
+    "Variable",
+    "lookup_sparse",
+    "OptimizerScope",
+    "OptimizerWrapper",
+    "filter_variables",
+    "split_embedding_variable_from_others",
+    "opt_slots",
+    "optimizers",
+    "__version__",
+]

@@ -117,3 +117,17 @@ class Variable(ResourceVariable):
     @property
     def placement(self) -> Placement:
         return self._placement
+
+    @classmethod
+    def local_slot(cls, primary: "Variable", local_value, name: str) -> "Variable":
+        """A non-trainable variable with `primary`'s placement, from this rank's local value.
+
+        Used for optimizer slots, which follow their table row for row.
+        """
+        slot = cls.__new__(cls)
+        ResourceVariable.__init__(
+            slot, initial_value=local_value, trainable=False, name=name, dtype=primary.dtype
+        )
+        slot._global_shape = primary.global_shape
+        slot._placement = primary.placement
+        return slot

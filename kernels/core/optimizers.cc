@@ -1,0 +1,152 @@
+#include "kernels/core/optimizers.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace sok_lite {
+
+bool ParseOptimizerKind(const std::string& name, OptimizerKind* kind) {
+  static const std::pair<const char*, OptimizerKind> kNames[] = {
+      {"sgd", OptimizerKind::kSgd},           {"momentum", OptimizerKind::kMomentum},
+      {"nesterov", OptimizerKind::kNesterov}, {"adam", OptimizerKind::kAdam},
+      {"amsgrad", OptimizerKind::kAmsgrad},   {"adagrad", OptimizerKind::kAdagrad},
+      {"rmsprop", OptimizerKind::kRmsprop},   {"ftrl", OptimizerKind::kFtrl},
+  };
+  for (const auto& [n, k] : kNames) {
+    if (name == n) {
+      *kind = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+int NumSlots(OptimizerKind kind, const std::vector<double>& p) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return 0;
+    case OptimizerKind::kMomentum:
+    case OptimizerKind::kNesterov:
+    case OptimizerKind::kAdagrad:
+      return 1;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kFtrl:
+      return 2;
+    case OptimizerKind::kAmsgrad:
+      return 3;
+    case OptimizerKind::kRmsprop:
+      return 1 + (p.size() > 1 && p[1] > 0) + (p.size() > 3 && p[3] != 0);
+  }
+  return 0;
+}
+
+template <typename T>
+void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const int64_t* rows,
+               const T* grads, int64_t i0, int64_t i1, T* var, const std::vector<T*>& slots) {
+  const T lr = static_cast<T>(h.lr);
+  const T wd = static_cast<T>(h.weight_decay);
+  auto p = [&](size_t i) { return static_cast<T>(h.p[i]); };
+  // Per-call constants, computed once and in T as Keras does.
+  T alpha = 0, one_minus_b1 = 0, one_minus_b2 = 0;
+  if (kind == OptimizerKind::kAdam || kind == OptimizerKind::kAmsgrad) {
+    const T step = p(3);
+    alpha = lr * std::sqrt(T(1) - std::pow(p(1), step)) / (T(1) - std::pow(p(0), step));
+    one_minus_b1 = T(1) - p(0);
+    one_minus_b2 = T(1) - p(1);
+  }
+  const bool rms_momentum = kind == OptimizerKind::kRmsprop && h.p[1] > 0;
+  const bool rms_centered = kind == OptimizerKind::kRmsprop && h.p[3] != 0;
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t off = rows[i] * dim;
+    T* w = var + off;
+    const T* g = grads + i * dim;
+    if (wd != T(0)) {
+      for (int64_t d = 0; d < dim; ++d) w[d] = w[d] - w[d] * wd * lr;
+    }
+    switch (kind) {
+      case OptimizerKind::kSgd:
+        for (int64_t d = 0; d < dim; ++d) w[d] -= g[d] * lr;
+        break;
+      case OptimizerKind::kMomentum:
+      case OptimizerKind::kNesterov: {
+        T* m = slots[0] + off;
+        const T mu = p(0);
+        for (int64_t d = 0; d < dim; ++d) {
+          m[d] = m[d] * mu - g[d] * lr;
+          w[d] += kind == OptimizerKind::kNesterov ? m[d] * mu - g[d] * lr : m[d];
+        }
+        break;
+      }
+      case OptimizerKind::kAdam:
+      case OptimizerKind::kAmsgrad: {
+        T* m = slots[0] + off;
+        T* v = slots[1] + off;
+        T* v_hat = kind == OptimizerKind::kAmsgrad ? slots[2] + off : nullptr;
+        const T eps = p(2);
+        for (int64_t d = 0; d < dim; ++d) {
+          m[d] += (g[d] - m[d]) * one_minus_b1;
+          v[d] += (g[d] * g[d] - v[d]) * one_minus_b2;
+          T denom_v = v[d];
+          if (v_hat) denom_v = v_hat[d] = std::max(v_hat[d], v[d]);
+          w[d] -= (m[d] * alpha) / (std::sqrt(denom_v) + eps);
+        }
+        break;
+      }
+      case OptimizerKind::kAdagrad: {
+        T* acc = slots[0] + off;
+        const T eps = p(0);
+        for (int64_t d = 0; d < dim; ++d) {
+          acc[d] += g[d] * g[d];
+          w[d] -= (lr * g[d]) / std::sqrt(acc[d] + eps);
+        }
+        break;
+      }
+      case OptimizerKind::kRmsprop: {
+        T* vel = slots[0] + off;
+        T* mom = rms_momentum ? slots[1] + off : nullptr;
+        T* avg = rms_centered ? slots[rms_momentum ? 2 : 1] + off : nullptr;
+        const T rho = p(0), mu = p(1), eps = p(2);
+        for (int64_t d = 0; d < dim; ++d) {
+          vel[d] = rho * vel[d] + (T(1) - rho) * (g[d] * g[d]);
+          T denom = vel[d] + eps;
+          if (avg) {
+            avg[d] = rho * avg[d] + (T(1) - rho) * g[d];
+            denom = vel[d] - avg[d] * avg[d] + eps;
+          }
+          const T inc = (lr * g[d]) / std::sqrt(denom);
+          if (mom) {
+            mom[d] = mu * mom[d] + inc;
+            w[d] -= mom[d];
+          } else {
+            w[d] -= inc;
+          }
+        }
+        break;
+      }
+      case OptimizerKind::kFtrl: {
+        T* accum = slots[0] + off;
+        T* linear = slots[1] + off;
+        const T lr_power = p(0), l1 = p(1), l2 = p(2) + p(3) / (T(2) * lr), shrink = p(4);
+        for (int64_t d = 0; d < dim; ++d) {
+          const T grad_to_use = g[d] + T(2) * shrink * w[d];
+          const T new_accum = accum[d] + g[d] * g[d];
+          const T new_pow = std::pow(new_accum, -lr_power);
+          linear[d] += grad_to_use - (new_pow - std::pow(accum[d], -lr_power)) / lr * w[d];
+          const T quadratic = new_pow / lr + T(2) * l2;
+          const T clipped = std::min(std::max(linear[d], -l1), l1);
+          w[d] = (clipped - linear[d]) / quadratic;
+          accum[d] = new_accum;
+        }
+        break;
+      }
+    }
+  }
+}
+
+template void ApplyRows<float>(OptimizerKind, const OptimizerHyper&, int64_t, const int64_t*,
+                               const float*, int64_t, int64_t, float*, const std::vector<float*>&);
+template void ApplyRows<double>(OptimizerKind, const OptimizerHyper&, int64_t, const int64_t*,
+                                const double*, int64_t, int64_t, double*,
+                                const std::vector<double*>&);
+
+}  // namespace sok_lite

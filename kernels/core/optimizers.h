@@ -1,0 +1,46 @@
+// Row-wise ("lazy") optimizer updates: only the rows that received a gradient change, their slots
+// too. The formulas follow Keras 3's update_step of each optimizer, restricted to those rows.
+#ifndef SOK_LITE_KERNELS_CORE_OPTIMIZERS_H_
+#define SOK_LITE_KERNELS_CORE_OPTIMIZERS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sok_lite {
+
+enum class OptimizerKind {
+  kSgd,       // hyper: -
+  kMomentum,  // hyper p: momentum; slots: m
+  kNesterov,  // hyper p: momentum; slots: m
+  kAdam,      // hyper p: beta_1, beta_2, epsilon, step (iterations + 1); slots: m, v
+  kAmsgrad,   // as kAdam; slots: m, v, v_hat
+  kAdagrad,   // hyper p: epsilon; slots: accumulator
+  kRmsprop,   // hyper p: rho, momentum, epsilon, centered (0/1); slots: velocity
+              //   [, momentum if momentum > 0][, average_grad if centered]
+  kFtrl,      // hyper p: learning_rate_power, l1, l2, beta, l2_shrinkage; slots: accum, linear
+};
+
+// Parses "sgd", "momentum", "nesterov", "adam", "amsgrad", "adagrad", "rmsprop", "ftrl".
+bool ParseOptimizerKind(const std::string& name, OptimizerKind* kind);
+
+// The number of slots `kind` needs given its hyper-parameters p (rmsprop depends on them).
+int NumSlots(OptimizerKind kind, const std::vector<double>& p);
+
+// Learning rate, decoupled weight decay (applied to the row first, as Keras does, 0 = off) and
+// the optimizer-specific parameters documented on OptimizerKind.
+struct OptimizerHyper {
+  double lr = 0.0;
+  double weight_decay = 0.0;
+  std::vector<double> p;
+};
+
+// Updates rows rows[i] for i in [i0, i1) of `var` ([*, dim]) and of each slot, with gradient
+// grads[i, :]. Rows must be distinct within the whole call.
+template <typename T>
+void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const int64_t* rows,
+               const T* grads, int64_t i0, int64_t i1, T* var, const std::vector<T*>& slots);
+
+}  // namespace sok_lite
+
+#endif  // SOK_LITE_KERNELS_CORE_OPTIMIZERS_H_

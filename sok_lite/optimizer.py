@@ -1,0 +1,228 @@
+"""OptimizerScope / OptimizerWrapper: stock Keras optimizers, row-wise on sok_lite tables.
+
+Inside the scope, apply_gradients sends the (gradient, table) pairs of sok_lite tables to the
+fused row-wise kernel, driven by the optimizer's own hyper-parameters, and hands every other
+pair to Keras untouched. Only rows with a gradient change, their slots too.
+"""
+
+import contextlib
+
+import keras
+import tensorflow as tf
+
+from sok_lite import comm
+from sok_lite.ops.optimizer_ops import sparse_apply
+from sok_lite.optimizer_rules import learning_rate, rule_for, weight_decay
+from sok_lite.slots import get_slots
+from sok_lite.variable import Variable
+
+
+def filter_variables(variables) -> tuple[list, list]:
+    """Splits variables into (sok_lite tables, everything else), keeping their order.
+
+    >>> import numpy as np, tensorflow as tf, sok_lite as sok
+    >>> ours, others = sok.filter_variables([sok.Variable(np.zeros([2, 2])), tf.Variable(1.0)])
+    >>> len(ours), len(others)
+    (1, 1)
+    """
+    ours, others = [], []
+    for v in variables:
+        (ours if isinstance(v, Variable) else others).append(v)
+    return ours, others
+
+
+split_embedding_variable_from_others = filter_variables
+
+
+def _as_rows(grad, var) -> tf.IndexedSlices:
+    """The gradient as IndexedSlices over local rows, checked against the table."""
+    name = var.name.split(":")[0]
+    if isinstance(grad, tf.IndexedSlices):
+        values, indices = grad.values, tf.cast(grad.indices, tf.int64)
+    else:
+        values = tf.convert_to_tensor(grad)
+        indices = tf.range(tf.shape(values, out_type=tf.int64)[0])
+    if values.dtype != var.dtype:
+        raise ValueError(
+            f"gradient of '{name}' has dtype {values.dtype.name}, the table {var.dtype.name}"
+        )
+    if values.shape.rank != 2 or not values.shape[1:].is_compatible_with(var.shape[1:]):
+        raise ValueError(f"gradient of '{name}' has shape {values.shape}, the table {var.shape}")
+    return tf.IndexedSlices(values, indices, tf.shape(var, out_type=tf.int64))
+
+
+def _sq_norm(values) -> tf.Tensor:
+    return tf.reduce_sum(tf.square(tf.cast(values, tf.float32)))
+
+
+def _clip(optimizer, ours, dense):
+    """Keras' clipvalue / clipnorm / global_clipnorm, with norms over every rank's rows.
+
+    Returns the clipped (ours, dense) and whether Keras must skip its own global clipping.
+    """
+    communicator = comm.current()
+    clipnorm = getattr(optimizer, "clipnorm", None)
+    global_clipnorm = getattr(optimizer, "global_clipnorm", None)
+    clipvalue = getattr(optimizer, "clipvalue", None)
+    if clipnorm and clipnorm > 0:
+        clipped = []
+        for g, v in ours:
+            norm = tf.sqrt(communicator.allreduce_sum(_sq_norm(g.values)))
+            values = g.values * clipnorm / tf.cast(tf.maximum(norm, clipnorm), g.values.dtype)
+            clipped.append((tf.IndexedSlices(values, g.indices, g.dense_shape), v))
+        return clipped, dense, False
+    if global_clipnorm and global_clipnorm > 0:
+        total = tf.add_n([communicator.allreduce_sum(_sq_norm(g.values)) for g, _ in ours])
+        for g, _ in dense:
+            g = g.values if isinstance(g, tf.IndexedSlices) else g
+            total += _sq_norm(g)
+        norm = tf.sqrt(total)
+        scale = global_clipnorm * tf.minimum(1.0 / norm, 1.0 / global_clipnorm)
+        scale = scale + (norm - norm)  # NaN/Inf norms propagate, as in Keras
+
+        def scaled(g):
+            if isinstance(g, tf.IndexedSlices):
+                return tf.IndexedSlices(
+                    g.values * tf.cast(scale, g.dtype), g.indices, g.dense_shape
+                )
+            return g * tf.cast(scale, g.dtype)
+
+        return ([(scaled(g), v) for g, v in ours], [(scaled(g), v) for g, v in dense], True)
+    if clipvalue and clipvalue > 0:
+        ours = [
+            (
+                tf.IndexedSlices(
+                    tf.clip_by_value(g.values, -clipvalue, clipvalue), g.indices, g.dense_shape
+                ),
+                v,
+            )
+            for g, v in ours
+        ]
+    return ours, dense, False
+
+
+@contextlib.contextmanager
+def _without_global_clipnorm(optimizer, active: bool):
+    if not active:
+        yield
+        return
+    saved = optimizer.global_clipnorm
+    optimizer.global_clipnorm = None
+    try:
+        yield
+    finally:
+        optimizer.global_clipnorm = saved
+
+
+def apply_gradients(optimizer, grads_and_vars, keras_apply, is_ours):
+    """Routes (grad, var) pairs: is_ours(var) -> row-wise kernel, the rest -> keras_apply.
+
+    The optimizer's iterations advance once, as in Keras.
+    """
+    pairs = [(g, v) for g, v in grads_and_vars]
+    ours = [(_as_rows(g, v), v) for g, v in pairs if g is not None and is_ours(v)]
+    dense = [(g, v) for g, v in pairs if not is_ours(v)]
+    if not ours:
+        return keras_apply(optimizer, dense)
+    rule = rule_for(optimizer)
+    ours, dense, clipped_globally = _clip(optimizer, ours, dense)
+    hyper = tf.stack([learning_rate(optimizer), weight_decay(optimizer)] + rule.params(optimizer))
+    for g, v in ours:
+        slots = get_slots(optimizer, v, rule.slots)
+        sparse_apply(
+            v.handle,
+            [s.handle for s in slots],
+            g.indices,
+            g.values,
+            hyper,
+            rule.kind,
+            v.name.split(":")[0],
+        )
+    if dense:
+        with _without_global_clipnorm(optimizer, clipped_globally):
+            return keras_apply(optimizer, dense)
+    return optimizer.iterations.assign_add(1)
+
+
+def _optimizer_classes() -> list[type]:
+    classes = [keras.optimizers.Optimizer]
+    try:
+        import tf_keras
+
+        classes.append(tf_keras.optimizers.Optimizer)
+    except ImportError:
+        pass
+    return classes
+
+
+class OptimizerScope:
+    """Inside `with OptimizerScope(tables):`, Keras optimizers update sok_lite tables row-wise.
+
+    Every apply_gradients call of a Keras optimizer in the block sends the pairs whose variable
+    is one of `var_list` (or any sok_lite.Variable) to the fused row-wise kernels, with the
+    optimizer's learning rate (schedules included), its other hyper-parameters and its clipping
+    and weight decay; other pairs go to Keras as usual. Leaving the block restores Keras.
+
+    >>> import keras, numpy as np, tensorflow as tf, sok_lite as sok
+    >>> table = sok.Variable(np.ones([3, 2]), dtype=tf.float32)
+    >>> grad = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([1], tf.int64))
+    >>> opt = keras.optimizers.SGD(0.5)
+    >>> with sok.OptimizerScope([table]):
+    ...     _ = opt.apply_gradients([(grad, table)])
+    >>> table.numpy().tolist()
+    [[1.0, 1.0], [0.5, 0.5], [1.0, 1.0]]
+    """
+
+    def __init__(self, var_list):
+        self._refs = {v.ref() for v in var_list}
+        self._saved: list = []
+
+    def _is_ours(self, var) -> bool:
+        return isinstance(var, Variable) or var.ref() in self._refs
+
+    def __enter__(self):
+        is_ours = self._is_ours
+        for cls in _optimizer_classes():
+            original = cls.apply_gradients
+
+            def routed(opt, grads_and_vars, *args, _original=original, **kwargs):
+                return apply_gradients(
+                    opt, grads_and_vars, lambda o, gv: _original(o, gv, *args, **kwargs), is_ours
+                )
+
+            self._saved.append((cls, original))
+            cls.apply_gradients = routed
+        return self
+
+    def __exit__(self, *exc):
+        for cls, original in reversed(self._saved):
+            cls.apply_gradients = original
+        self._saved = []
+        return False
+
+
+class OptimizerWrapper:
+    """A Keras optimizer whose apply_gradients routes sok_lite tables to row-wise kernels.
+
+    The object form of OptimizerScope, for code that cannot use a `with` block. Every other
+    attribute (learning_rate, iterations, ...) is the wrapped optimizer's.
+    """
+
+    def __init__(self, optimizer):
+        self._optimizer = optimizer
+
+    @property
+    def optimizer(self):
+        return self._optimizer
+
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        keras_apply = type(self._optimizer).apply_gradients
+        return apply_gradients(
+            self._optimizer,
+            grads_and_vars,
+            lambda o, gv: keras_apply(o, gv, *args, **kwargs),
+            lambda v: isinstance(v, Variable),
+        )
+
+    def __getattr__(self, name):
+        return getattr(self._optimizer, name)

@@ -1,0 +1,28 @@
+"""sok_lite.optimizers.SGD / Adam / ...: Keras optimizers that update sok_lite tables row-wise.
+
+Each is the Keras 3 optimizer of the same name wrapped in OptimizerWrapper, so it runs the same
+fused kernels as OptimizerScope; dense variables passed to it are updated by Keras.
+"""
+
+import keras
+
+from sok_lite.optimizer import OptimizerWrapper
+
+
+def _factory(keras_class):
+    def make(*args, **kwargs) -> OptimizerWrapper:
+        return OptimizerWrapper(keras_class(*args, **kwargs))
+
+    make.__name__ = keras_class.__name__
+    make.__doc__ = f"keras.optimizers.{keras_class.__name__}(...) wrapped in OptimizerWrapper."
+    return make
+
+
+SGD = _factory(keras.optimizers.SGD)
+Adam = _factory(keras.optimizers.Adam)
+AdamW = _factory(keras.optimizers.AdamW)
+Adagrad = _factory(keras.optimizers.Adagrad)
+RMSprop = _factory(keras.optimizers.RMSprop)
+Ftrl = _factory(keras.optimizers.Ftrl)
+
+__all__ = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Ftrl"]
