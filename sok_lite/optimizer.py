@@ -48,7 +48,8 @@ def _as_rows(grad, var) -> tf.IndexedSlices:
         )
     if values.shape.rank != 2 or not values.shape[1:].is_compatible_with(var.shape[1:]):
         raise ValueError(f"gradient of '{name}' has shape {values.shape}, the table {var.shape}")
-    return tf.IndexedSlices(values, indices, tf.shape(var, out_type=tf.int64))
+    # The static shape: tf.shape(var) would read (and in copy-on-read mode copy) the whole table.
+    return tf.IndexedSlices(values, indices, tf.constant(var.shape.as_list(), tf.int64))
 
 
 def _sq_norm(values) -> tf.Tensor:

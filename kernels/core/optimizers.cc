@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/core/prefetch.h"
+
 namespace sok_lite {
 
 bool ParseOptimizerKind(const std::string& name, OptimizerKind* kind) {
@@ -57,6 +59,11 @@ void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const i
   const bool rms_momentum = kind == OptimizerKind::kRmsprop && h.p[1] > 0;
   const bool rms_centered = kind == OptimizerKind::kRmsprop && h.p[3] != 0;
   for (int64_t i = i0; i < i1; ++i) {
+    if (i + kPrefetchDistance < i1) {
+      const int64_t ahead = rows[i + kPrefetchDistance] * dim;
+      PrefetchBytes<1>(var + ahead, dim * sizeof(T));
+      for (T* slot : slots) PrefetchBytes<1>(slot + ahead, dim * sizeof(T));
+    }
     const int64_t off = rows[i] * dim;
     T* w = var + off;
     const T* g = grads + i * dim;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/core/exchange.h"
+#include "kernels/core/prefetch.h"
 #include "kernels/core/unique.h"
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/table_util.h"
@@ -138,6 +139,9 @@ class GatherForPeersOp : public OpKernel {
         T* dst = out + offsets[seg];
         ParallelFor(ctx, parsed.count[seg], 4 * dim, [&](int64_t j0, int64_t j1) {
           for (int64_t j = j0; j < j1; ++j) {
+            if (j + kPrefetchDistance < j1) {
+              PrefetchBytes<0>(src + ids[j + kPrefetchDistance] * dim, dim * sizeof(T));
+            }
             std::copy(src + ids[j] * dim, src + (ids[j] + 1) * dim, dst + j * dim);
           }
         });

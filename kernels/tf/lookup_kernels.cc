@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "kernels/core/combine.h"
+#include "kernels/core/prefetch.h"
 #include "kernels/core/unique.h"
 #include "kernels/core/validate.h"
 #include "kernels/tf/cpu_parallel.h"
@@ -183,6 +184,9 @@ class GatherRowsOp : public OpKernel {
       T* dst = rows->flat<T>().data();
       ParallelFor(ctx, u, 4 * dim, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
+          if (i + kPrefetchDistance < i1) {
+            PrefetchBytes<0>(src + indices[i + kPrefetchDistance] * dim, dim * sizeof(T));
+          }
           std::copy(src + indices[i] * dim, src + (indices[i] + 1) * dim, dst + i * dim);
         }
       });
