@@ -18,7 +18,7 @@ setup: $(DEPS_STAMP) $(HOROVOD_STAMP) $(BUILD_STAMP)
 $(DEPS_STAMP): requirements-dev.txt sok_lite/_tf_range.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "$$($(PY) -c "import runpy; print(runpy.run_path('sok_lite/_tf_range.py')['pip_requirement']())")" -r requirements-dev.txt
+	$(PY) -m pip install --quiet $$($(PY) -c "import runpy; r = runpy.run_path('sok_lite/_tf_range.py')['pip_requirement']; print(r(), r('tf_keras'))") -r requirements-dev.txt
 	touch $@
 
 $(HOROVOD_STAMP): $(DEPS_STAMP) scripts/install_horovod.sh
