@@ -2,6 +2,7 @@
 
 from sok_lite import optimizers
 from sok_lite.comm import init, num_ranks, rank
+from sok_lite.dynamic import DynamicVariable
 from sok_lite.lookup import lookup_sparse
 from sok_lite.optimizer import (
     OptimizerScope,
@@ -19,6 +20,7 @@ __all__ = [
     "rank",
     "num_ranks",
     "Variable",
+    "DynamicVariable",
     "lookup_sparse",
     "OptimizerScope",
     "OptimizerWrapper",

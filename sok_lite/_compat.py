@@ -7,6 +7,9 @@ from tensorflow.python.ops import resource_variable_ops
 
 # The resource-variable class that tf.Variable builds in TF2; sok_lite.Variable extends it.
 ResourceVariable = resource_variable_ops.ResourceVariable
+# A variable over an existing resource handle; sok_lite.DynamicVariable wraps its hash table so
+# that tapes, Keras and tf.train.Checkpoint treat it as a variable.
+BaseResourceVariable = resource_variable_ops.BaseResourceVariable
 
 
 def variable_accessed(variable) -> None:

@@ -6,7 +6,8 @@ import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite._compat import ResourceVariable, variable_accessed
-from sok_lite.ops import exchange_ops, lookup_ops
+from sok_lite.dynamic import DynamicVariable
+from sok_lite.ops import dynamic_ops, exchange_ops, lookup_ops
 from sok_lite.ragged_input import ids_parts, weight_values
 from sok_lite.variable import Variable
 
@@ -28,7 +29,7 @@ def _table_name(var) -> str:
 
 
 def _check_param(var, table: int) -> None:
-    if not isinstance(var, ResourceVariable):
+    if not isinstance(var, (ResourceVariable, DynamicVariable)):
         raise ValueError(
             f"table {table}: params must be sok_lite.Variable (or a resource "
             f"tf.Variable with one rank), got {type(var).__name__}"
@@ -53,7 +54,8 @@ def lookup_sparse(
     """Looks up and combines the embeddings of many tables in one fused step.
 
     Args:
-      params: a list of sok_lite.Variable, one per table (a single Variable is accepted too).
+      params: a list of sok_lite.Variable / DynamicVariable, one per table (a single one is
+        accepted too).
       sp_ids: per table, a tf.SparseTensor or tf.RaggedTensor [batch, None] of int32/int64 ids.
       sp_weights: None, or per table None / a float tensor laid out like the ids.
       hotness: None, or per table the most ids a sample may have (None/0: no limit).
@@ -105,6 +107,15 @@ def lookup_sparse(
     with tf.name_scope(name or "sok_lite_lookup_sparse"):
         names = [_table_name(v) for v in params]
         labels = [f"table {t} ('{names[t]}')" for t in range(n)]
+        for t, (var, x) in enumerate(zip(params, sp_ids)):
+            if (
+                isinstance(var, DynamicVariable)
+                and var.key_dtype == tf.int32
+                and x.dtype != tf.int32
+            ):
+                raise ValueError(
+                    f"{labels[t]}: keys must be int32 for this table, got {x.dtype.name}"
+                )
         parts = [ids_parts(x, labels[t]) for t, x in enumerate(sp_ids)]
         ids = [p[0] for p in parts]
         splits = [p[1] for p in parts]
@@ -138,6 +149,8 @@ def lookup_sparse(
 
 
 def _global_rows(var) -> int:
+    if isinstance(var, DynamicVariable):
+        return -1  # any key
     rows = var.global_shape[0] if isinstance(var, Variable) else var.shape[0]
     return -1 if rows is None else int(rows)
 
@@ -152,10 +165,10 @@ def _dtype_groups(params) -> list[list[int]]:
 
 def _check_distributed_params(params) -> None:
     for t, var in enumerate(params):
-        if not isinstance(var, Variable):
+        if not isinstance(var, (Variable, DynamicVariable)):
             raise ValueError(
                 f"table {t} ('{_table_name(var)}'): with several ranks every table must be a "
-                f"sok_lite.Variable, got {type(var).__name__}"
+                f"sok_lite.Variable or DynamicVariable, got {type(var).__name__}"
             )
         if var.dtype != params[0].dtype:
             raise ValueError(
@@ -165,9 +178,11 @@ def _check_distributed_params(params) -> None:
 
 
 def _local_rows(params, unique, names) -> list:
-    """One rank: every row is here; read the unique rows in place."""
+    """One rank: every row is here; read the unique rows in place (hash tables: find or create)."""
     rows = [None] * len(params)
-    for group in _dtype_groups(params):
+    static = [t for t, v in enumerate(params) if not isinstance(v, DynamicVariable)]
+    for group in _dtype_groups([params[t] for t in static]):
+        group = [static[i] for i in group]
         gathered = lookup_ops.gather_rows(
             [params[t].handle for t in group],
             [unique[t] for t in group],
@@ -176,6 +191,9 @@ def _local_rows(params, unique, names) -> list:
         )
         for t, r in zip(group, gathered):
             rows[t] = r
+    for t, var in enumerate(params):
+        if isinstance(var, DynamicVariable):
+            rows[t] = dynamic_ops.lookup(var.handle, unique[t], var.dimension, names[t])
     return rows
 
 

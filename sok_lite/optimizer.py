@@ -11,6 +11,8 @@ import keras
 import tensorflow as tf
 
 from sok_lite import comm
+from sok_lite.dynamic import DynamicVariable
+from sok_lite.ops import dynamic_ops
 from sok_lite.ops.optimizer_ops import sparse_apply
 from sok_lite.optimizer_rules import learning_rate, rule_for, weight_decay
 from sok_lite.slots import get_slots
@@ -27,8 +29,12 @@ def filter_variables(variables) -> tuple[list, list]:
     """
     ours, others = [], []
     for v in variables:
-        (ours if isinstance(v, Variable) else others).append(v)
+        (ours if _is_table(v) else others).append(v)
     return ours, others
+
+
+def _is_table(var) -> bool:
+    return isinstance(var, (Variable, DynamicVariable))
 
 
 split_embedding_variable_from_others = filter_variables
@@ -48,6 +54,8 @@ def _as_rows(grad, var) -> tf.IndexedSlices:
         )
     if values.shape.rank != 2 or not values.shape[1:].is_compatible_with(var.shape[1:]):
         raise ValueError(f"gradient of '{name}' has shape {values.shape}, the table {var.shape}")
+    if isinstance(var, DynamicVariable):
+        return tf.IndexedSlices(values, indices)  # indices are keys: no dense shape
     # The static shape: tf.shape(var) would read (and in copy-on-read mode copy) the whole table.
     return tf.IndexedSlices(values, indices, tf.constant(var.shape.as_list(), tf.int64))
 
@@ -129,16 +137,14 @@ def apply_gradients(optimizer, grads_and_vars, keras_apply, is_ours):
     ours, dense, clipped_globally = _clip(optimizer, ours, dense)
     hyper = tf.stack([learning_rate(optimizer), weight_decay(optimizer)] + rule.params(optimizer))
     for g, v in ours:
+        name = v.name.split(":")[0]
+        if isinstance(v, DynamicVariable):  # slots live in the hash table beside each row
+            slot_init = [fill for _, fill in rule.slots]
+            dynamic_ops.apply(v.handle, g.indices, g.values, hyper, rule.kind, slot_init, name)
+            continue
         slots = get_slots(optimizer, v, rule.slots)
-        sparse_apply(
-            v.handle,
-            [s.handle for s in slots],
-            g.indices,
-            g.values,
-            hyper,
-            rule.kind,
-            v.name.split(":")[0],
-        )
+        handles = [s.handle for s in slots]
+        sparse_apply(v.handle, handles, g.indices, g.values, hyper, rule.kind, name)
     if dense:
         with _without_global_clipnorm(optimizer, clipped_globally):
             return keras_apply(optimizer, dense)
@@ -160,7 +166,7 @@ class OptimizerScope:
     """Inside `with OptimizerScope(tables):`, Keras optimizers update sok_lite tables row-wise.
 
     Every apply_gradients call of a Keras optimizer in the block sends the pairs whose variable
-    is one of `var_list` (or any sok_lite.Variable) to the fused row-wise kernels, with the
+    is one of `var_list` (or any sok_lite table) to the fused row-wise kernels, with the
     optimizer's learning rate (schedules included), its other hyper-parameters and its clipping
     and weight decay; other pairs go to Keras as usual. Leaving the block restores Keras.
 
@@ -179,7 +185,7 @@ class OptimizerScope:
         self._saved: list = []
 
     def _is_ours(self, var) -> bool:
-        return isinstance(var, Variable) or var.ref() in self._refs
+        return _is_table(var) or var.ref() in self._refs
 
     def __enter__(self):
         is_ours = self._is_ours
@@ -222,7 +228,7 @@ class OptimizerWrapper:
             self._optimizer,
             grads_and_vars,
             lambda o, gv: keras_apply(o, gv, *args, **kwargs),
-            lambda v: isinstance(v, Variable),
+            _is_table,
         )
 
     def __getattr__(self, name):

@@ -28,10 +28,9 @@ std::string CheckIds(const int64_t* ids, const int64_t* row_splits, int64_t batc
     }
     for (int64_t k = row_splits[b]; k < row_splits[b + 1]; ++k) {
       const int64_t id = ids[k];
-      if (id < 0 || (num_rows >= 0 && id >= num_rows)) {
-        std::string range = num_rows >= 0 ? "[0, " + std::to_string(num_rows) + ")" : "[0, inf)";
+      if (num_rows >= 0 && (id < 0 || id >= num_rows)) {
         return "id " + std::to_string(id) + " of sample " + std::to_string(b) +
-               " is out of range " + range;
+               " is out of range [0, " + std::to_string(num_rows) + ")";
       }
     }
   }

@@ -13,7 +13,8 @@ namespace sok_lite {
 std::string CheckRowSplits(const int64_t* row_splits, int64_t batch, int64_t n);
 
 // Checks (valid row_splits assumed) that no sample has more than `hotness` ids (hotness <= 0: no
-// limit) and that every id is in [0, num_rows) (num_rows < 0: any id >= 0).
+// limit) and that every id is in [0, num_rows) (num_rows < 0: any int64 value, e.g. the keys
+// of a hash table).
 // Returns "" when valid, else a description of the first problem.
 std::string CheckIds(const int64_t* ids, const int64_t* row_splits, int64_t batch, int64_t num_rows,
                      int64_t hotness);

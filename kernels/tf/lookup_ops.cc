@@ -136,7 +136,7 @@ ids: flat ids of each table (the values of a [batch, None] ragged tensor).
 row_splits: [batch + 1] row splits of each table.
 unique_ids: distinct ids of each table, in order of first occurrence.
 inverse: position of every id in unique_ids.
-num_rows: per table, ids must lie in [0, num_rows); -1 for no upper bound.
+num_rows: per table, ids must lie in [0, num_rows); -1 for any value (hash-table keys).
 hotness: per table, the most ids a sample may have; 0 for no limit.
 table_names: per table, the name used in error messages.
 )doc");

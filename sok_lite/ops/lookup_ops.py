@@ -22,7 +22,7 @@ def unique_ids(ids, row_splits, num_rows, hotness, table_names, name=None):
     Args:
       ids: list of int64 [n_t] flat ids.
       row_splits: list of int64 [batch_t + 1].
-      num_rows: list of int, ids must lie in [0, num_rows) (-1: no upper bound).
+      num_rows: list of int, ids must lie in [0, num_rows) (-1: any value, for hash tables).
       hotness: list of int, the most ids per sample (0: no limit).
       table_names: list of str for error messages.
 

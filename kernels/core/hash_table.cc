@@ -1,0 +1,199 @@
+#include "kernels/core/hash_table.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace sok_lite {
+namespace {
+
+inline uint64_t HashKey(int64_t key) {  // splitmix64 finalizer
+  uint64_t x = static_cast<uint64_t>(key) + 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+HashTable::HashTable(const TableConfig& config) : config_(config) {
+  slot_key_.assign(16, 0);
+  slot_row_.assign(16, -1);
+}
+
+int64_t HashTable::FindSlot(int64_t key) const {
+  const uint64_t mask = slot_row_.size() - 1;
+  for (uint64_t pos = HashKey(key) & mask;; pos = (pos + 1) & mask) {
+    if (slot_row_[pos] < 0) return -1;
+    if (slot_key_[pos] == key) return static_cast<int64_t>(pos);
+  }
+}
+
+float* HashTable::Find(int64_t key) {
+  const int64_t s = FindSlot(key);
+  return s < 0 ? nullptr : RowPtr(slot_row_[s]);
+}
+
+void HashTable::Grow() {
+  std::vector<int64_t> keys = std::move(slot_key_), rows = std::move(slot_row_);
+  slot_key_.assign(keys.size() * 2, 0);
+  slot_row_.assign(keys.size() * 2, -1);
+  const uint64_t mask = slot_row_.size() - 1;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (rows[i] < 0) continue;
+    uint64_t pos = HashKey(keys[i]) & mask;
+    while (slot_row_[pos] >= 0) pos = (pos + 1) & mask;
+    slot_key_[pos] = keys[i];
+    slot_row_[pos] = rows[i];
+  }
+}
+
+int64_t HashTable::AllocateRow() {
+  if (!free_rows_.empty()) {
+    const int64_t r = free_rows_.back();
+    free_rows_.pop_back();
+    return r;
+  }
+  const int64_t r = row_key_.size();
+  if (r % kChunkRows == 0) chunks_.emplace_back(new float[kChunkRows * stride()]);
+  row_key_.push_back(0);
+  row_last_seen_.push_back(0);
+  row_count_.push_back(0);
+  row_used_.push_back(false);
+  return r;
+}
+
+int64_t HashTable::Insert(int64_t key) {
+  if ((size_ + 1) * 4 > static_cast<int64_t>(slot_row_.size()) * 3) Grow();  // load <= 0.75
+  const int64_t r = AllocateRow();
+  const uint64_t mask = slot_row_.size() - 1;
+  uint64_t pos = HashKey(key) & mask;
+  while (slot_row_[pos] >= 0) pos = (pos + 1) & mask;
+  slot_key_[pos] = key;
+  slot_row_[pos] = r;
+  ++size_;
+  row_key_[r] = key;
+  row_last_seen_[r] = step_;
+  row_count_[r] = 0;
+  row_used_[r] = true;
+  float* row = RowPtr(r);
+  InitRows(config_.init, &key, config_.dim, 0, 1, row);
+  for (int s = 0; s < num_slots(); ++s) {
+    std::fill(row + (s + 1) * config_.dim, row + (s + 2) * config_.dim, slot_init_[s]);
+  }
+  return r;
+}
+
+void HashTable::Erase(int64_t key) {
+  int64_t s = FindSlot(key);
+  if (s < 0) return;
+  const int64_t r = slot_row_[s];
+  row_used_[r] = false;
+  free_rows_.push_back(r);
+  --size_;
+  // Backward-shift deletion keeps probe chains intact without tombstones.
+  const uint64_t mask = slot_row_.size() - 1;
+  uint64_t hole = s;
+  for (uint64_t pos = (hole + 1) & mask; slot_row_[pos] >= 0; pos = (pos + 1) & mask) {
+    const uint64_t home = HashKey(slot_key_[pos]) & mask;
+    // Move the entry into the hole if its home is not in (hole, pos] (cyclically).
+    const bool stays = hole <= pos ? (home > hole && home <= pos) : (home > hole || home <= pos);
+    if (!stays) {
+      slot_key_[hole] = slot_key_[pos];
+      slot_row_[hole] = slot_row_[pos];
+      hole = pos;
+    }
+  }
+  slot_row_[hole] = -1;
+}
+
+std::string HashTable::MakeRoom(int64_t needed) {
+  if (config_.capacity <= 0 || size_ + needed <= config_.capacity) return "";
+  const int64_t excess = size_ + needed - config_.capacity;
+  // Candidates: rows not seen in the current step (the batch being looked up must stay).
+  std::vector<std::pair<int64_t, int64_t>> candidates;  // (score, row)
+  for (int64_t r = 0; r < static_cast<int64_t>(row_key_.size()); ++r) {
+    if (!row_used_[r] || row_last_seen_[r] == step_) continue;
+    const int64_t score = config_.policy == EvictPolicy::kLru ? row_last_seen_[r] : row_count_[r];
+    candidates.emplace_back(score, r);
+  }
+  if (static_cast<int64_t>(candidates.size()) < excess) {
+    return "capacity " + std::to_string(config_.capacity) + " is too small for the " +
+           std::to_string(size_ - static_cast<int64_t>(candidates.size()) + needed) +
+           " distinct keys of one lookup";
+  }
+  std::nth_element(candidates.begin(), candidates.begin() + (excess - 1), candidates.end());
+  std::vector<int64_t> victims;
+  for (int64_t i = 0; i < excess; ++i) victims.push_back(row_key_[candidates[i].second]);
+  for (int64_t key : victims) Erase(key);
+  return "";
+}
+
+std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out) {
+  ++step_;
+  const int64_t dim = config_.dim;
+  // First pass: mark stored keys seen and collect the keys to admit now.
+  std::vector<int64_t> admit;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = FindSlot(keys[i]);
+    if (s >= 0) {
+      const int64_t r = slot_row_[s];
+      row_last_seen_[r] = step_;
+      ++row_count_[r];
+      continue;
+    }
+    if (config_.min_count > 1) {
+      int64_t& seen = pending_[keys[i]];
+      if (++seen < config_.min_count) continue;
+      pending_.erase(keys[i]);
+    }
+    admit.push_back(keys[i]);
+  }
+  const std::string problem = MakeRoom(admit.size());
+  if (!problem.empty()) return problem;
+  for (int64_t key : admit) row_count_[Insert(key)] = 1;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = Find(keys[i]);
+    if (row != nullptr) {
+      std::memcpy(out + i * dim, row, dim * sizeof(float));
+    } else {  // not admitted yet: the initializer's value, nothing stored
+      InitRows(config_.init, keys + i, dim, 0, 1, out + i * dim);
+    }
+  }
+  return "";
+}
+
+void HashTable::Assign(int64_t key, const float* row, bool with_slots) {
+  float* dst = Find(key);
+  if (dst == nullptr) dst = RowPtr(Insert(key));
+  std::memcpy(dst, row, (with_slots ? stride() : config_.dim) * sizeof(float));
+}
+
+void HashTable::AddSlots(const std::vector<float>& initial_values) {
+  const int64_t old_stride = stride();
+  const int old_slots = num_slots();
+  slot_init_.insert(slot_init_.end(), initial_values.begin(), initial_values.end());
+  const int64_t new_stride = stride();
+  std::vector<std::unique_ptr<float[]>> chunks;
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    chunks.emplace_back(new float[kChunkRows * new_stride]);
+    for (int64_t i = 0; i < kChunkRows; ++i) {
+      float* dst = chunks.back().get() + i * new_stride;
+      std::memcpy(dst, chunks_[c].get() + i * old_stride, old_stride * sizeof(float));
+      for (int s = old_slots; s < num_slots(); ++s) {
+        std::fill(dst + (s + 1) * config_.dim, dst + (s + 2) * config_.dim, slot_init_[s]);
+      }
+    }
+  }
+  chunks_ = std::move(chunks);
+}
+
+int64_t HashTable::EvictUnseen(int64_t steps_unseen) {
+  std::vector<int64_t> victims;
+  for (int64_t r = 0; r < static_cast<int64_t>(row_key_.size()); ++r) {
+    if (row_used_[r] && step_ - row_last_seen_[r] >= steps_unseen) victims.push_back(row_key_[r]);
+  }
+  for (int64_t key : victims) Erase(key);
+  return victims.size();
+}
+
+}  // namespace sok_lite

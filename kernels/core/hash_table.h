@@ -1,0 +1,94 @@
+// A growable hash table of embedding rows for DynamicVariable: rows are created the first time a
+// key is seen, so memory follows the keys that occur, not the key space. TF-free; the caller
+// serializes access (the TF resource holds a mutex).
+#ifndef SOK_LITE_KERNELS_CORE_HASH_TABLE_H_
+#define SOK_LITE_KERNELS_CORE_HASH_TABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/core/row_init.h"
+
+namespace sok_lite {
+
+enum class EvictPolicy { kLru, kLfu };
+
+struct TableConfig {
+  int64_t dim = 0;
+  RowInit init;
+  int64_t capacity = 0;  // rows this table may hold; 0: unbounded
+  EvictPolicy policy = EvictPolicy::kLru;
+  int64_t min_count = 1;  // a key is stored from its min_count-th occurrence on
+};
+
+class HashTable {
+ public:
+  explicit HashTable(const TableConfig& config);
+
+  const TableConfig& config() const { return config_; }
+  int64_t size() const { return size_; }
+  int num_slots() const { return static_cast<int>(slot_init_.size()); }
+  int64_t step() const { return step_; }
+  // Floats per stored row: the value, then each slot.
+  int64_t stride() const { return config_.dim * (1 + num_slots()); }
+
+  // One lookup step over distinct keys: stored keys are marked seen; unseen keys are counted
+  // and stored once admitted (evicting under the capacity policy if needed). out[i, :dim] gets
+  // each key's value (the initializer's value for keys not admitted yet). Returns "" or an error.
+  std::string Lookup(const int64_t* keys, int64_t n, float* out);
+
+  // Pointer to the stored row of key (value then slots), or null if the key is not stored.
+  float* Find(int64_t key);
+
+  // Stores key with `row` ([stride] floats, or [dim] with slots at their initial values),
+  // replacing any existing row.
+  void Assign(int64_t key, const float* row, bool with_slots);
+
+  // Adds slots (re-laying out every stored row); existing slots keep their values.
+  void AddSlots(const std::vector<float>& initial_values);
+
+  // Removes rows not seen during the last `steps_unseen` lookup steps; returns how many.
+  int64_t EvictUnseen(int64_t steps_unseen);
+
+  // Calls fn(key, row pointer) for every stored row.
+  template <typename F>
+  void ForEach(F fn) {
+    for (int64_t r = 0; r < static_cast<int64_t>(row_key_.size()); ++r) {
+      if (row_used_[r]) fn(row_key_[r], RowPtr(r));
+    }
+  }
+
+ private:
+  static constexpr int64_t kChunkRows = 1024;
+
+  int64_t FindSlot(int64_t key) const;  // hash slot holding key, or -1
+  int64_t Insert(int64_t key);          // stores a new row initialized from the config
+  void Erase(int64_t key);
+  void Grow();
+  float* RowPtr(int64_t r) { return chunks_[r / kChunkRows].get() + (r % kChunkRows) * stride(); }
+  int64_t AllocateRow();
+  std::string MakeRoom(int64_t needed);
+
+  TableConfig config_;
+  std::vector<float> slot_init_;
+  // Hash index: open addressing, linear probing; occupancy lives in slot_row_ (-1 = empty) so
+  // that every int64 key value is an ordinary key.
+  std::vector<int64_t> slot_key_;
+  std::vector<int64_t> slot_row_;
+  int64_t size_ = 0;
+  // Row storage in fixed-size chunks (no doubling of the whole payload on growth).
+  std::vector<std::unique_ptr<float[]>> chunks_;
+  std::vector<int64_t> row_key_, row_last_seen_, row_count_;
+  std::vector<bool> row_used_;
+  std::vector<int64_t> free_rows_;
+  // Occurrence counts of keys not admitted yet (min_count > 1).
+  std::unordered_map<int64_t, int64_t> pending_;
+  int64_t step_ = 0;
+};
+
+}  // namespace sok_lite
+
+#endif  // SOK_LITE_KERNELS_CORE_HASH_TABLE_H_

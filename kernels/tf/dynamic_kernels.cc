@@ -1,0 +1,278 @@
+// CPU kernels of the dynamic (hash) table family.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "kernels/core/optimizers.h"
+#include "kernels/core/unique.h"
+#include "kernels/tf/dynamic_table.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+
+namespace sok_lite {
+
+using ::tensorflow::DEVICE_CPU;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+namespace errors = ::tensorflow::errors;
+
+namespace {
+
+absl::Status GetTable(OpKernelContext* ctx,
+                      tensorflow::core::RefCountPtr<DynamicTableResource>* t) {
+  return LookupResource(ctx, HandleFromInput(ctx, 0), t);
+}
+
+std::string Label(const std::string& name) {
+  return name.empty() ? "dynamic table" : "dynamic table '" + name + "'";
+}
+
+}  // namespace
+
+class DynamicTableOp : public OpKernel {
+ public:
+  explicit DynamicTableOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::string kind, policy;
+    int64_t seed = 0;
+    float a = 0, b = 1;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("container", &container_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &config_.dim));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_kind", &kind));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_a", &a));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_b", &b));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("capacity", &config_.capacity));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("policy", &policy));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("min_count", &config_.min_count));
+    OP_REQUIRES(ctx, ParseInitKind(kind, &config_.init.kind),
+                errors::InvalidArgument("unknown initializer kind '", kind, "'"));
+    config_.init.seed = static_cast<uint64_t>(seed);
+    config_.init.a = a;
+    config_.init.b = b;
+    config_.policy = policy == "lfu" ? EvictPolicy::kLfu : EvictPolicy::kLru;
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    auto* rm = ctx->resource_manager();
+    const std::string container = container_.empty() ? rm->default_container() : container_;
+    DynamicTableResource* table = nullptr;
+    OP_REQUIRES_OK(ctx, rm->LookupOrCreate<DynamicTableResource>(
+                            container, name_, &table, [this](DynamicTableResource** t) {
+                              *t = new DynamicTableResource(config_);
+                              return absl::OkStatus();
+                            }));
+    table->Unref();
+    Tensor* handle = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &handle));
+    handle->scalar<tensorflow::ResourceHandle>()() =
+        tensorflow::MakeResourceHandle<DynamicTableResource>(ctx, container, name_);
+  }
+
+ private:
+  std::string container_, name_;
+  TableConfig config_;
+};
+
+class DynamicLookupOp : public OpKernel {
+ public:
+  explicit DynamicLookupOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &name_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<DynamicTableResource> t;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &t));
+    const Tensor& keys = ctx->input(1);
+    const int64_t n = keys.NumElements();
+    // A key counts once per lookup step however often it repeats (lookup_sparse passes
+    // distinct keys already; this keeps the raw op safe too).
+    std::vector<int64_t> unique(n);
+    std::vector<int32_t> inverse(n);
+    const int64_t u = UniqueIds(keys.flat<int64_t>().data(), n, unique.data(), inverse.data());
+    tensorflow::mutex_lock lock(t->mu);
+    const int64_t dim = t->table.config().dim;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim}), &out));
+    float* dst = out->flat<float>().data();
+    if (u == n) {
+      const std::string problem = t->table.Lookup(unique.data(), u, dst);
+      OP_REQUIRES(ctx, problem.empty(), errors::InvalidArgument(Label(name_), ": ", problem));
+      // UniqueIds keeps first-occurrence order, so distinct keys come back in input order.
+      return;
+    }
+    std::vector<float> rows(u * dim);
+    const std::string problem = t->table.Lookup(unique.data(), u, rows.data());
+    OP_REQUIRES(ctx, problem.empty(), errors::InvalidArgument(Label(name_), ": ", problem));
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(rows.data() + static_cast<int64_t>(inverse[i]) * dim, dim, dst + i * dim);
+    }
+  }
+
+ private:
+  std::string name_;
+};
+
+class DynamicApplyOp : public OpKernel {
+ public:
+  explicit DynamicApplyOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::string kind;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("kind", &kind));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("slot_init", &slot_init_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &name_));
+    OP_REQUIRES(ctx, ParseOptimizerKind(kind, &kind_),
+                errors::InvalidArgument("unknown optimizer kind '", kind, "'"));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<DynamicTableResource> t;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &t));
+    const Tensor& keys_t = ctx->input(1);
+    const Tensor& grads = ctx->input(2);
+    const auto hv = ctx->input(3).flat<double>();
+    const std::string label = Label(name_);
+    OP_REQUIRES(ctx, hv.size() >= 2, errors::InvalidArgument(label, ": bad hyper-parameters"));
+    OptimizerHyper hyper;
+    hyper.lr = hv(0);
+    hyper.weight_decay = hv(1);
+    hyper.p.assign(hv.data() + 2, hv.data() + hv.size());
+    OP_REQUIRES(ctx, NumSlots(kind_, hyper.p) == static_cast<int>(slot_init_.size()),
+                errors::InvalidArgument(label, ": slot count does not match the optimizer"));
+    const int64_t n = keys_t.NumElements();
+    tensorflow::mutex_lock lock(t->mu);
+    HashTable& table = t->table;
+    const int64_t dim = table.config().dim;
+    OP_REQUIRES(ctx, grads.dims() == 2 && grads.dim_size(0) == n && grads.dim_size(1) == dim,
+                errors::InvalidArgument(label, ": gradient shape ", grads.shape().DebugString(),
+                                        " does not match ", n, " keys of dim ", dim));
+    if (table.num_slots() == 0 && !slot_init_.empty()) {
+      std::vector<float> init(slot_init_.begin(), slot_init_.end());
+      table.AddSlots(init);
+    }
+    OP_REQUIRES(ctx, table.num_slots() == static_cast<int>(slot_init_.size()),
+                errors::InvalidArgument(label, " holds ", table.num_slots(),
+                                        " optimizer slots; this optimizer needs ",
+                                        slot_init_.size(), " (one optimizer per table)"));
+    // Sum the gradients of repeated keys, then update each stored row once.
+    std::vector<int64_t> keys(n);
+    std::vector<int32_t> inverse(n);
+    const int64_t u = UniqueIds(keys_t.flat<int64_t>().data(), n, keys.data(), inverse.data());
+    std::vector<float> summed(u * dim, 0.0f);
+    const float* g = grads.flat<float>().data();
+    for (int64_t i = 0; i < n; ++i) {
+      float* dst = summed.data() + static_cast<int64_t>(inverse[i]) * dim;
+      for (int64_t d = 0; d < dim; ++d) dst[d] += g[i * dim + d];
+    }
+    const int64_t zero = 0;
+    std::vector<float*> slots(table.num_slots());
+    for (int64_t i = 0; i < u; ++i) {
+      float* row = table.Find(keys[i]);
+      if (row == nullptr) continue;
+      for (int s = 0; s < table.num_slots(); ++s) slots[s] = row + (s + 1) * dim;
+      ApplyRows(kind_, hyper, dim, &zero, summed.data() + i * dim, 0, 1, row, slots);
+    }
+  }
+
+ private:
+  OptimizerKind kind_;
+  std::vector<float> slot_init_;
+  std::string name_;
+};
+
+class DynamicExportOp : public OpKernel {
+ public:
+  explicit DynamicExportOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("with_slots", &with_slots_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<DynamicTableResource> t;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &t));
+    tensorflow::tf_shared_lock lock(t->mu);
+    HashTable& table = t->table;
+    const int64_t width = with_slots_ ? table.stride() : table.config().dim;
+    Tensor *keys, *values;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({table.size()}), &keys));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({table.size(), width}), &values));
+    int64_t i = 0;
+    int64_t* k = keys->flat<int64_t>().data();
+    float* v = values->flat<float>().data();
+    table.ForEach([&](int64_t key, const float* row) {
+      k[i] = key;
+      std::copy(row, row + width, v + i * width);
+      ++i;
+    });
+  }
+
+ private:
+  bool with_slots_ = false;
+};
+
+class DynamicAssignOp : public OpKernel {
+ public:
+  explicit DynamicAssignOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("with_slots", &with_slots_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<DynamicTableResource> t;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &t));
+    const Tensor& keys = ctx->input(1);
+    const Tensor& values = ctx->input(2);
+    tensorflow::mutex_lock lock(t->mu);
+    HashTable& table = t->table;
+    const int64_t width = with_slots_ ? table.stride() : table.config().dim;
+    OP_REQUIRES(ctx,
+                values.dims() == 2 && values.dim_size(0) == keys.NumElements() &&
+                    values.dim_size(1) == width,
+                errors::InvalidArgument("assign: values of shape ", values.shape().DebugString(),
+                                        " for ", keys.NumElements(), " keys of width ", width));
+    const int64_t* k = keys.flat<int64_t>().data();
+    const float* v = values.flat<float>().data();
+    for (int64_t i = 0; i < keys.NumElements(); ++i) table.Assign(k[i], v + i * width, with_slots_);
+  }
+
+ private:
+  bool with_slots_ = false;
+};
+
+class DynamicSizeOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<DynamicTableResource> t;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &t));
+    tensorflow::tf_shared_lock lock(t->mu);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int64_t>()() = t->table.size();
+  }
+};
+
+class DynamicEvictOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<DynamicTableResource> t;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &t));
+    const int64_t steps = ctx->input(1).scalar<int64_t>()();
+    OP_REQUIRES(ctx, steps >= 1, errors::InvalidArgument("steps_unseen must be >= 1"));
+    tensorflow::mutex_lock lock(t->mu);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int64_t>()() = t->table.EvictUnseen(steps);
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("SokLiteDynamicTable").Device(DEVICE_CPU), DynamicTableOp);
+REGISTER_KERNEL_BUILDER(Name("SokLiteDynamicLookup").Device(DEVICE_CPU), DynamicLookupOp);
+REGISTER_KERNEL_BUILDER(Name("SokLiteDynamicApply").Device(DEVICE_CPU), DynamicApplyOp);
+REGISTER_KERNEL_BUILDER(Name("SokLiteDynamicExport").Device(DEVICE_CPU), DynamicExportOp);
+REGISTER_KERNEL_BUILDER(Name("SokLiteDynamicAssign").Device(DEVICE_CPU), DynamicAssignOp);
+REGISTER_KERNEL_BUILDER(Name("SokLiteDynamicSize").Device(DEVICE_CPU), DynamicSizeOp);
+REGISTER_KERNEL_BUILDER(Name("SokLiteDynamicEvict").Device(DEVICE_CPU), DynamicEvictOp);
+
+}  // namespace sok_lite

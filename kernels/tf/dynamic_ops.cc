@@ -1,0 +1,118 @@
+// Op registrations of the dynamic (hash) table family.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace sok_lite {
+
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+namespace {
+
+absl::Status LookupShape(InferenceContext* c) {
+  ShapeHandle keys;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
+  int64_t dim = 0;
+  TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+  c->set_output(0, c->Matrix(c->Dim(keys, 0), dim));
+  return absl::OkStatus();
+}
+
+absl::Status ExportShape(InferenceContext* c) {
+  c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+  c->set_output(1, c->Matrix(InferenceContext::kUnknownDim, InferenceContext::kUnknownDim));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+REGISTER_OP("SokLiteDynamicTable")
+    .Output("table: resource")
+    .Attr("container: string = ''")
+    .Attr("shared_name: string")
+    .Attr("dim: int >= 1")
+    .Attr("init_kind: string")
+    .Attr("seed: int")
+    .Attr("init_a: float = 0.0")
+    .Attr("init_b: float = 1.0")
+    .Attr("capacity: int = 0")
+    .Attr("policy: {'lru', 'lfu'} = 'lru'")
+    .Attr("min_count: int = 1")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Creates (or finds, by shared_name) the hash table of a DynamicVariable on this rank.
+
+init_kind, seed, init_a, init_b: the row initializer (SokLiteInitRows) applied to the key.
+capacity: rows this rank may hold (0: unbounded); policy: which rows to evict when full.
+min_count: a key gets a stored, trainable row from its min_count-th lookup on.
+)doc");
+
+REGISTER_OP("SokLiteDynamicLookup")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Output("values: float")
+    .Attr("dim: int >= 1")
+    .Attr("table_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(LookupShape)
+    .Doc(R"doc(
+One lookup step over distinct keys: finds or creates their rows and returns their values.
+)doc");
+
+REGISTER_OP("SokLiteDynamicApply")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("grads: float")
+    .Input("hyper: float64")
+    .Attr("kind: string")
+    .Attr("slot_init: list(float)")
+    .Attr("table_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Applies an optimizer step (see SokLiteSparseApply) to the stored rows of `keys` and to their slots,
+which live in the table beside each row; slot_init gives the slots' initial values. Keys without a
+stored row (not admitted yet, or evicted) are skipped.
+)doc");
+
+REGISTER_OP("SokLiteDynamicExport")
+    .Input("table: resource")
+    .Output("keys: int64")
+    .Output("values: float")
+    .Attr("with_slots: bool = false")
+    .SetIsStateful()
+    .SetShapeFn(ExportShape)
+    .Doc(R"doc(
+Every stored key of this rank and its row ([dim], or [dim * (1 + slots)] with the slots).
+)doc");
+
+REGISTER_OP("SokLiteDynamicAssign")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("values: float")
+    .Attr("with_slots: bool = false")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Stores rows for keys (replacing existing ones); values are [n, dim] or, with_slots, full rows.
+)doc");
+
+REGISTER_OP("SokLiteDynamicSize")
+    .Input("table: resource")
+    .Output("size: int64")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape);
+
+REGISTER_OP("SokLiteDynamicEvict")
+    .Input("table: resource")
+    .Input("steps_unseen: int64")
+    .Output("evicted: int64")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Removes the rows not looked up during the last steps_unseen lookup steps of this table.
+)doc");
+
+}  // namespace sok_lite

@@ -1,0 +1,161 @@
+"""sok_lite.DynamicVariable: a hash-table embedding whose rows are created on first lookup."""
+
+import itertools
+import math
+
+import tensorflow as tf
+
+from sok_lite import comm
+from sok_lite._compat import BaseResourceVariable
+from sok_lite.initializers import row_initializer
+from sok_lite.ops import dynamic_ops
+
+_table_ids = itertools.count()
+
+
+class DynamicVariable(BaseResourceVariable):
+    """An embedding table keyed by arbitrary int64 (or int32) ids, grown as keys appear.
+
+    Memory follows the keys actually seen, not the key space: a row is created the first time
+    its key is looked up, with a value that depends only on (key, seed, initializer), so the same
+    key gets the same initial row on any number of ranks and in any arrival order. Key k lives on
+    the rank its hash selects. Optimizer slots live in the table beside each row.
+
+    Args:
+      dimension: the row width (> 0).
+      initializer: a Keras initializer kind (name or object: RandomNormal, TruncatedNormal,
+        RandomUniform, Zeros, Ones, Constant) or a number.
+      key_dtype: tf.int64 (default) or tf.int32; every value of the type is a valid key.
+      dtype: tf.float32.
+      capacity: rows the table may hold over all ranks (None: unbounded). When full, a lookup
+        first evicts the least recently used rows (or least frequently used with
+        evict_policy="lfu") that the current lookup does not need.
+      name: the table name.
+      trainable: whether optimizers update it.
+      evict_policy: "lru" or "lfu", used with capacity.
+      min_count: a key gets a stored, trainable row from its min_count-th lookup on; before
+        that it reads the initializer's value and receives no update.
+
+    Raises:
+      ValueError: a non-positive dimension, an unsupported key or value dtype, an initializer
+        that cannot be computed per key, or bad policy settings.
+
+    >>> import tensorflow as tf, sok_lite as sok
+    >>> table = sok.DynamicVariable(4, initializer="ones")
+    >>> out = sok.lookup_sparse(table, tf.ragged.constant([[2**40, -7]], dtype=tf.int64))
+    >>> out.numpy().tolist(), int(table.size())
+    ([[2.0, 2.0, 2.0, 2.0]], 2)
+    """
+
+    def __init__(
+        self,
+        dimension: int,
+        *,
+        initializer="random_normal",
+        key_dtype=tf.int64,
+        dtype=tf.float32,
+        capacity: int | None = None,
+        name: str | None = None,
+        trainable: bool = True,
+        evict_policy: str = "lru",
+        min_count: int = 1,
+    ):
+        if not isinstance(dimension, int) or dimension <= 0:
+            raise ValueError(f"DynamicVariable dimension must be a positive int, got {dimension}")
+        key_dtype, dtype = tf.as_dtype(key_dtype), tf.as_dtype(dtype)
+        if key_dtype not in (tf.int32, tf.int64):
+            raise ValueError(f"key_dtype must be int32 or int64, got {key_dtype.name}")
+        if dtype != tf.float32:
+            raise ValueError(f"DynamicVariable holds float32 rows, got {dtype.name}")
+        if evict_policy not in ("lru", "lfu"):
+            raise ValueError(f"evict_policy must be 'lru' or 'lfu', got {evict_policy!r}")
+        if capacity is not None and capacity <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        if min_count < 1:
+            raise ValueError(f"min_count must be >= 1, got {min_count}")
+        init = row_initializer(initializer)
+        if init is None:
+            raise ValueError(
+                f"initializer {initializer!r} cannot be computed per key; use a Keras "
+                "RandomNormal, TruncatedNormal, RandomUniform, Zeros, Ones or Constant"
+            )
+        name = name or "DynamicVariable"
+        num_ranks = comm.current().num_ranks
+        per_rank = 0 if capacity is None else math.ceil(capacity / num_ranks)
+        shared_name = f"sok_lite_dynamic_{name}_{next(_table_ids)}"
+        with tf.init_scope():
+            handle = dynamic_ops.create_table(
+                shared_name, dimension, init, per_rank, evict_policy, min_count
+            )
+        super().__init__(
+            trainable=trainable,
+            shape=tf.TensorShape([None, dimension]),
+            dtype=dtype,
+            handle=handle,
+            name=name,
+            unique_id=shared_name,
+            handle_name=name,
+            in_graph_mode=False,
+        )
+        self._dimension = dimension
+        self._key_dtype = key_dtype
+        self._capacity = capacity
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    @property
+    def key_dtype(self) -> tf.DType:
+        return self._key_dtype
+
+    @property
+    def mode(self) -> str:
+        return "hash"
+
+    def size(self) -> tf.Tensor:
+        """The number of stored rows over all ranks (int64 scalar)."""
+        return comm.current().allreduce_sum(dynamic_ops.size(self.handle))
+
+    def export(self, with_slots: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
+        """(keys [n], values [n, dim]) stored on this rank; with_slots: rows [n, dim * (1 + k)],
+        the value then each optimizer slot."""
+        keys, values = dynamic_ops.export(self.handle, with_slots)
+        return tf.cast(keys, self._key_dtype), values
+
+    def assign(self, keys, values, with_slots: bool = False, **unused):
+        """Stores rows for keys (this rank's table; callers route keys to their owners)."""
+        keys = tf.convert_to_tensor(keys)
+        if keys.dtype not in (tf.int32, tf.int64) or (
+            keys.dtype == tf.int64 and self._key_dtype == tf.int32
+        ):
+            raise ValueError(
+                f"'{self.name}': keys of dtype {keys.dtype.name} for a table keyed "
+                f"by {self._key_dtype.name}"
+            )
+        values = tf.convert_to_tensor(values, tf.float32)
+        width = values.shape[-1]
+        if not with_slots and width is not None and width != self._dimension:
+            raise ValueError(
+                f"'{self.name}': values of width {width} for dimension {self._dimension}"
+            )
+        return dynamic_ops.assign(self.handle, tf.cast(keys, tf.int64), values, with_slots)
+
+    def evict(self, steps_unseen: int) -> tf.Tensor:
+        """Removes rows not looked up during the last steps_unseen lookups; returns how many
+        this rank removed."""
+        return dynamic_ops.evict(self.handle, tf.constant(steps_unseen, tf.int64))
+
+    # A hash table has no dense value: reading it whole is a mistake, not a copy.
+    def value(self):
+        raise ValueError(
+            f"'{self.name}' is a DynamicVariable: read rows with lookup_sparse or export()"
+        )
+
+    read_value = value
+
+    def _dense_var_to_tensor(self, *args, **kwargs):
+        return self.value()
+
+    def __repr__(self):
+        return f"<sok_lite.DynamicVariable '{self.name}' dimension={self._dimension}>"
