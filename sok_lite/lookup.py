@@ -197,20 +197,28 @@ def _local_rows(params, unique, names) -> list:
     return rows
 
 
+def _owner_code(var) -> int:
+    """How PartitionByOwner finds the owner: -1 distributed, -2 hashed key, K localized:K."""
+    if isinstance(var, DynamicVariable):
+        return -2
+    return -1 if var.placement.kind == "distributed" else var.placement.rank
+
+
 def _exchanged_rows(params, unique, names, communicator) -> list:
     """Several ranks: ask the owners for the unique rows, all tables in one pair of all-to-alls.
 
     The id message carries per-table counts in front of each destination's ids, so one
     all-to-all of ids and one of vectors serve every table of the call.
     """
-    localized = [-1 if v.placement.kind == "distributed" else v.placement.rank for v in params]
+    localized = [_owner_code(v) for v in params]
     message, splits, counts, send_pos = exchange_ops.partition_by_owner(
         unique, communicator.num_ranks, localized
     )
     received, received_splits = communicator.alltoall(message, splits)
     dims = [int(v.shape[1]) for v in params]
+    dynamic = [isinstance(v, DynamicVariable) for v in params]
     vectors, vector_splits = exchange_ops.gather_for_peers(
-        [v.handle for v in params], received, received_splits, params[0].dtype, dims, names
+        [v.handle for v in params], received, received_splits, params[0].dtype, dims, dynamic, names
     )
     answered, _ = communicator.alltoall(vectors, vector_splits)
     return exchange_ops.unpack_rows(answered, counts, send_pos, dims)

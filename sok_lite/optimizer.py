@@ -132,6 +132,8 @@ def apply_gradients(optimizer, grads_and_vars, keras_apply, is_ours):
     ours = [(_as_rows(g, v), v) for g, v in pairs if g is not None and is_ours(v)]
     dense = [(g, v) for g, v in pairs if not is_ours(v)]
     if not ours:
+        if not dense:  # nothing but tables without a gradient: the step still counts
+            return optimizer.iterations.assign_add(1)
         return keras_apply(optimizer, dense)
     rule = rule_for(optimizer)
     ours, dense, clipped_globally = _clip(optimizer, ours, dense)

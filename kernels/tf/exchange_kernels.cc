@@ -1,12 +1,14 @@
 // CPU kernels of the exchange family; message layouts in kernels/core/exchange.h.
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/core/exchange.h"
 #include "kernels/core/prefetch.h"
 #include "kernels/core/unique.h"
 #include "kernels/tf/cpu_parallel.h"
+#include "kernels/tf/dynamic_table.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -31,9 +33,9 @@ class PartitionByOwnerOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_ranks", &num_ranks_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("localized_ranks", &localized));
     for (int64_t r : localized) {
-      OP_REQUIRES(ctx, r < num_ranks_,
+      OP_REQUIRES(ctx, r >= Owner::kHashed && r < num_ranks_,
                   errors::InvalidArgument("localized rank ", r, " of ", num_ranks_, " ranks"));
-      owners_.push_back(Owner{r < 0 ? -1 : r});
+      owners_.push_back(Owner{r});
     }
   }
 
@@ -50,7 +52,7 @@ class PartitionByOwnerOp : public OpKernel {
       ids[t] = unique[t].flat<int64_t>().data();
       sizes[t] = unique[t].NumElements();
       total += sizes[t];
-      for (int64_t i = 0; i < sizes[t]; ++i) {
+      for (int64_t i = 0; i < sizes[t] && owners_[t].localized_rank != Owner::kHashed; ++i) {
         OP_REQUIRES(ctx, ids[t][i] >= 0,
                     errors::InvalidArgument("table ", t, ": negative id ", ids[t][i]));
       }
@@ -93,6 +95,7 @@ class GatherForPeersOp : public OpKernel {
   explicit GatherForPeersOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("table_names", &names_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dims", &dims_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dynamic", &dynamic_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -106,8 +109,10 @@ class GatherForPeersOp : public OpKernel {
     const std::vector<int64_t>& dims = dims_;
     OP_REQUIRES(ctx, static_cast<int>(dims.size()) == num_tables,
                 errors::InvalidArgument("dims needs one entry per table"));
+    OP_REQUIRES(ctx, static_cast<int>(dynamic_.size()) == num_tables,
+                errors::InvalidArgument("dynamic needs one entry per table"));
     for (int t = 0; t < num_tables; ++t) {
-      OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, t), &vars[t]));
+      if (!dynamic_[t]) OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, t), &vars[t]));
     }
     std::vector<int64_t> offsets;
     VectorOffsets(parsed.count, dims, num_ranks, &offsets);
@@ -119,6 +124,10 @@ class GatherForPeersOp : public OpKernel {
     }
     T* out = vectors->flat<T>().data();
     for (int t = 0; t < num_tables; ++t) {
+      if (dynamic_[t]) {
+        OP_REQUIRES_OK(ctx, AnswerFromHashTable(ctx, t, message, parsed, offsets, num_ranks, out));
+        continue;
+      }
       // Rows are read in place under the variable's shared lock, one table at a time.
       tensorflow::tf_shared_lock lock(*vars[t]->mu());
       OP_REQUIRES_OK(ctx, CheckTable<T>(vars[t].get(), TableLabel(names_, t)));
@@ -150,8 +159,50 @@ class GatherForPeersOp : public OpKernel {
   }
 
  private:
+  // Hash tables: every rank's keys of table t in one lookup step (finding or creating rows),
+  // written to each requester's place in the vector message.
+  absl::Status AnswerFromHashTable(OpKernelContext* ctx, int t, const int64_t* message,
+                                   const ParsedIds& parsed, const std::vector<int64_t>& offsets,
+                                   int64_t num_ranks, T* out) {
+    if constexpr (!std::is_same_v<T, float>) {
+      return errors::InvalidArgument(TableLabel(names_, t), ": hash tables hold float32 rows");
+    } else {
+      tensorflow::core::RefCountPtr<DynamicTableResource> table;
+      TF_RETURN_IF_ERROR(LookupResource(ctx, HandleFromInput(ctx, t), &table));
+      const int64_t num_tables = dims_.size(), dim = dims_[t];
+      std::vector<int64_t> keys;
+      for (int64_t r = 0; r < num_ranks; ++r) {
+        const int64_t seg = r * num_tables + t;
+        keys.insert(keys.end(), message + parsed.begin[seg],
+                    message + parsed.begin[seg] + parsed.count[seg]);
+      }
+      std::vector<int64_t> unique(keys.size());
+      std::vector<int32_t> inverse(keys.size());
+      const int64_t u = UniqueIds(keys.data(), keys.size(), unique.data(), inverse.data());
+      std::vector<float> rows(u * dim);
+      {
+        tensorflow::mutex_lock lock(table->mu);
+        if (table->table.config().dim != dim) {
+          return errors::InvalidArgument(TableLabel(names_, t), ": dimension mismatch");
+        }
+        const std::string problem = table->table.Lookup(unique.data(), u, rows.data());
+        if (!problem.empty()) return errors::InvalidArgument(TableLabel(names_, t), ": ", problem);
+      }
+      int64_t k = 0;
+      for (int64_t r = 0; r < num_ranks; ++r) {
+        const int64_t seg = r * num_tables + t;
+        for (int64_t j = 0; j < parsed.count[seg]; ++j, ++k) {
+          std::copy_n(rows.data() + static_cast<int64_t>(inverse[k]) * dim, dim,
+                      out + offsets[seg] + j * dim);
+        }
+      }
+      return absl::OkStatus();
+    }
+  }
+
   std::vector<std::string> names_;
   std::vector<int64_t> dims_;
+  std::vector<bool> dynamic_;
 };
 
 // Checks the counts / send_pos inputs of unpack and pack against the per-table sizes and returns

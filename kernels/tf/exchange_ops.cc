@@ -81,8 +81,8 @@ REGISTER_OP("SokLitePartitionByOwner")
     .Doc(R"doc(
 Builds the id message of the distributed lookup from each table's unique global ids.
 
-localized_ranks: per table, -1 for a distributed table (row i on rank i % num_ranks) or the rank
-  holding the whole table.
+localized_ranks: per table, -1 for a distributed table (row i on rank i % num_ranks), -2 for a
+  hash table (key k on the rank its hash selects, sent as is) or the rank holding the whole table.
 message: per destination rank, T counts then the owner-local rows, table by table.
 splits: [num_ranks] segment sizes of message.
 counts: [num_ranks * N] ids of table t sent to rank r at r * N + t.
@@ -98,12 +98,14 @@ REGISTER_OP("SokLiteGatherForPeers")
     .Attr("N: int >= 1")
     .Attr("dtype: {float, double}")
     .Attr("dims: list(int)")
+    .Attr("dynamic: list(bool)")
     .Attr("table_names: list(string)")
     .SetShapeFn(GatherForPeersShape)
     .Doc(R"doc(
 Answers received id messages: reads the requested local rows of N variables in place and
 flattens them in message order. vector_splits: elements answered to each rank. dims: the
-variables' row widths (checked; the gradient needs them statically).
+variables' row widths (checked; the gradient needs them statically). dynamic: per table, whether
+the handle is a hash table (rows found or created by key) rather than a resource variable.
 )doc");
 
 REGISTER_OP("SokLiteUnpackRows")

@@ -12,7 +12,8 @@ def partition_by_owner(unique_ids, num_ranks, localized_ranks, name=None):
     Args:
       unique_ids: list of int64 [u_t] global ids, one per table.
       num_ranks: the number of ranks.
-      localized_ranks: per table, -1 (distributed) or the rank holding the whole table.
+      localized_ranks: per table, -1 (distributed), -2 (hash table: owner from the key's hash)
+        or the rank holding the whole table.
 
     Returns:
       (message, splits, counts, send_pos): the int64 message, its [num_ranks] segment sizes, the
@@ -25,8 +26,11 @@ def partition_by_owner(unique_ids, num_ranks, localized_ranks, name=None):
         )
 
 
-def gather_for_peers(handles, message, splits, dtype, dims, table_names, name=None):
-    """Answers a received id message with the flattened local rows; (vectors, vector_splits)."""
+def gather_for_peers(handles, message, splits, dtype, dims, dynamic, table_names, name=None):
+    """Answers a received id message with the flattened local rows; (vectors, vector_splits).
+
+    dynamic: per table, True for a hash table (rows found or created by key).
+    """
     with tf.name_scope(name or "sok_lite_gather_for_peers"):
         return _ops().sok_lite_gather_for_peers(
             handles=handles,
@@ -34,6 +38,7 @@ def gather_for_peers(handles, message, splits, dtype, dims, table_names, name=No
             splits=splits,
             dtype=dtype,
             dims=dims,
+            dynamic=dynamic,
             table_names=table_names,
         )
 
@@ -73,7 +78,10 @@ def _gather_for_peers_grad(op, grad_vectors, unused_grad_splits):
         grads=grad_vectors, message=message, splits=splits, N=n, dims=dims
     )
     slices = []
-    for handle, r, v in zip(handles, rows, values):
+    for handle, r, v, is_hash in zip(handles, rows, values, op.get_attr("dynamic")):
+        if is_hash:  # indices are keys: no dense shape
+            slices.append(tf.IndexedSlices(v, r))
+            continue
         dense_shape = tf.raw_ops.VariableShape(input=handle, out_type=tf.int64)
         slices.append(tf.IndexedSlices(v, r, dense_shape))
     return slices + [None, None]

@@ -1,0 +1,174 @@
+"""DynamicVariable: lookups, gradients, optimizers, policies and bad input, on one rank."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import sok_lite as sok
+from tests.lazy_reference import LazyOptimizer
+
+
+def ragged(rows, dtype=tf.int64):
+    return tf.ragged.constant(rows, dtype=dtype, ragged_rank=1)
+
+
+def stored(table) -> dict:
+    keys, values = table.export()
+    return dict(zip(keys.numpy().tolist(), values.numpy()))
+
+
+def test_mixed_with_static_tables_matches_tf_lookup():
+    rng = np.random.default_rng(0)
+    static = sok.Variable(rng.standard_normal([6, 3]), dtype=tf.float32)
+    dynamic = sok.DynamicVariable(3, initializer=keras.initializers.RandomUniform(seed=1))
+    keys = [[2**40, -5], [], [7, 2**40, 7]]
+    weights = [[0.5, 2.0], [], [1.0, 1.5, 0.25]]
+    with tf.GradientTape() as tape:
+        s_out, d_out = sok.lookup_sparse(
+            [static, dynamic],
+            [ragged([[1], [2, 3], []]), ragged(keys)],
+            [None, ragged(weights, tf.float32)],
+            combiners=["sum", "mean"],
+        )
+        loss = tf.reduce_sum(d_out * np.arange(9.0).reshape(3, 3).astype(np.float32))
+    rows = stored(dynamic)
+    assert sorted(rows) == [-5, 7, 2**40]
+    # Reference: the same rows in a dense table, looked up by TF.
+    order = sorted(rows)
+    dense = tf.Variable(np.stack([rows[k] for k in order]))
+    remap = [[order.index(k) for k in r] for r in keys]
+    with tf.GradientTape() as ref_tape:
+        ref = tf.nn.safe_embedding_lookup_sparse(
+            dense, ragged(remap).to_sparse(), ragged(weights, tf.float32).to_sparse(), "mean"
+        )
+        ref_loss = tf.reduce_sum(ref * np.arange(9.0).reshape(3, 3).astype(np.float32))
+    np.testing.assert_allclose(d_out.numpy(), ref.numpy(), rtol=1e-5, atol=1e-7)
+    grad = tape.gradient(loss, dynamic)
+    ref_grad = tf.convert_to_tensor(ref_tape.gradient(ref_loss, dense)).numpy()
+    assert isinstance(grad, tf.IndexedSlices)
+    for key, value in zip(grad.indices.numpy().tolist(), grad.values.numpy()):
+        np.testing.assert_allclose(value, ref_grad[order.index(key)], rtol=1e-5, atol=1e-7)
+    assert s_out.shape == (3, 3)
+
+
+def test_same_initial_row_for_a_key_whatever_the_order():
+    init = keras.initializers.TruncatedNormal(seed=8)
+    a, b = sok.DynamicVariable(4, initializer=init), sok.DynamicVariable(4, initializer=init)
+    sok.lookup_sparse(a, ragged([[1, 2, 3]]))
+    sok.lookup_sparse(b, ragged([[3], [9]]))
+    sok.lookup_sparse(b, ragged([[2, 1]]))
+    ra, rb = stored(a), stored(b)
+    for key in (1, 2, 3):
+        np.testing.assert_array_equal(ra[key], rb[key])
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: keras.optimizers.Adam(0.05), lambda: keras.optimizers.Adagrad(0.1)]
+)
+def test_optimizer_equals_lazy_reference(make):
+    table = sok.DynamicVariable(4, initializer=keras.initializers.RandomNormal(seed=2))
+    opt = make()
+    name = "adam" if isinstance(opt, keras.optimizers.Adam) else "adagrad"
+    rng = np.random.default_rng(3)
+    universe = [-(2**62), -3, 0, 11, 2**33]
+    sok.lookup_sparse(table, ragged([universe]))
+    init = stored(table)
+    w = np.stack([init[k] for k in universe])
+    ref = LazyOptimizer(name, opt.get_config(), w.shape)
+
+    @tf.function
+    def step(keys, grads):
+        with sok.OptimizerScope([table]):
+            opt.apply_gradients([(tf.IndexedSlices(grads, keys), table)])
+
+    for _ in range(5):
+        idx = np.sort(rng.choice(len(universe), size=3, replace=False))
+        g = rng.standard_normal([3, 4]).astype(np.float32)
+        step(tf.constant([universe[i] for i in idx], tf.int64), tf.constant(g))
+        ref.step(w, idx, g, float(opt.learning_rate))
+    got = stored(table)
+    np.testing.assert_allclose(np.stack([got[k] for k in universe]), w, rtol=2e-5, atol=1e-6)
+    keys, full = table.export(with_slots=True)
+    assert full.shape == (5, 4 * (3 if name == "adam" else 2))
+
+
+def test_admission_min_count():
+    table = sok.DynamicVariable(2, initializer="ones", min_count=3)
+    opt = keras.optimizers.SGD(1.0)
+    for lookup in range(1, 5):
+        with tf.GradientTape() as tape:
+            out = sok.lookup_sparse(table, ragged([[42]]))
+            loss = tf.reduce_sum(out)
+        # Stored (and trained by the step below) from the 3rd lookup on.
+        np.testing.assert_array_equal(out.numpy(), [[1.0 - (lookup == 4), 1.0 - (lookup == 4)]])
+        with sok.OptimizerScope([table]):
+            opt.apply_gradients([(tape.gradient(loss, table), table)])
+        assert int(table.size()) == (1 if lookup >= 3 else 0), lookup
+
+
+@pytest.mark.parametrize("policy,expected", [("lru", [2, 4, 5]), ("lfu", [1, 2, 5])])
+def test_capacity_evicts_by_policy(policy, expected):
+    table = sok.DynamicVariable(2, capacity=3, evict_policy=policy)
+    for key in [1, 1, 1, 2, 2, 3, 4, 2, 5]:  # one key per lookup step
+        sok.lookup_sparse(table, ragged([[key]]))
+    # lru: 4 evicts 1 (seen last at step 3), 5 evicts 3 (step 6).
+    # lfu: 4 evicts 3 (1 lookup), 5 evicts 4 (1 lookup; 1 and 2 have 3).
+    assert sorted(stored(table)) == expected
+
+
+def test_capacity_too_small_for_one_lookup():
+    table = sok.DynamicVariable(2, capacity=2, name="tiny")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="'tiny'.*capacity 2 is too small"):
+        sok.lookup_sparse(table, ragged([[1, 2, 3]]))
+
+
+def test_memory_follows_seen_keys():
+    """A feature with 3 distinct values declared over 100,000 categories stores 3 rows."""
+    table = sok.DynamicVariable(8, name="country")
+    opt = keras.optimizers.Adam(0.01)
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        ids = rng.choice([17, 99_999, 523], size=[32, 1])
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(sok.lookup_sparse(table, tf.RaggedTensor.from_tensor(ids)))
+        with sok.OptimizerScope([table]):
+            opt.apply_gradients([(tape.gradient(loss, table), table)])
+    assert sorted(stored(table)) == [17, 523, 99_999]
+
+
+def test_int32_keys():
+    table = sok.DynamicVariable(2, key_dtype=tf.int32, initializer="zeros")
+    sok.lookup_sparse(table, ragged([[-(2**31), 2**31 - 1]], tf.int32))
+    keys, _ = table.export()
+    assert keys.dtype == tf.int32 and sorted(keys.numpy().tolist()) == [-(2**31), 2**31 - 1]
+    with pytest.raises(ValueError, match="keys must be int32"):
+        sok.lookup_sparse(table, ragged([[1]], tf.int64))
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"dimension": 0}, "positive int"),
+        ({"dimension": 4, "key_dtype": tf.float32}, "key_dtype"),
+        ({"dimension": 4, "dtype": tf.float64}, "float32 rows"),
+        ({"dimension": 4, "initializer": keras.initializers.Orthogonal()}, "per key"),
+        ({"dimension": 4, "capacity": 0}, "capacity"),
+        ({"dimension": 4, "evict_policy": "fifo"}, "evict_policy"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        sok.DynamicVariable(**kwargs)
+
+
+def test_bad_assign_and_reads():
+    table = sok.DynamicVariable(3, name="t")
+    with pytest.raises(ValueError, match="width 2 for dimension 3"):
+        table.assign([1], np.zeros([1, 2]))
+    with pytest.raises(ValueError, match="keys of dtype float32"):
+        table.assign(tf.constant([1.0]), np.zeros([1, 3]))
+    with pytest.raises(ValueError, match="DynamicVariable"):
+        table.numpy()
+    with pytest.raises(ValueError, match="ids must be int32 or int64"):
+        sok.lookup_sparse(table, ragged([[1.5]], tf.float32))
