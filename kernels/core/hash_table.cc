@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/core/prefetch.h"
+
 namespace sok_lite {
 namespace {
 
@@ -128,37 +130,50 @@ std::string HashTable::MakeRoom(int64_t needed) {
   return "";
 }
 
-std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out) {
+std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const Runner& run) {
   ++step_;
   const int64_t dim = config_.dim;
-  // First pass: mark stored keys seen and collect the keys to admit now.
+  // Probe in parallel: keys are distinct, so each found row is touched by one range only.
+  std::vector<int64_t> rows(n);
+  run(n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t s = FindSlot(keys[i]);
+      rows[i] = s < 0 ? -1 : slot_row_[s];
+      if (s >= 0) {
+        row_last_seen_[rows[i]] = step_;
+        ++row_count_[rows[i]];
+      }
+    }
+  });
+  // Admission and inserts are serial (they change the index).
   std::vector<int64_t> admit;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t s = FindSlot(keys[i]);
-    if (s >= 0) {
-      const int64_t r = slot_row_[s];
-      row_last_seen_[r] = step_;
-      ++row_count_[r];
-      continue;
-    }
+    if (rows[i] >= 0) continue;
     if (config_.min_count > 1) {
       int64_t& seen = pending_[keys[i]];
       if (++seen < config_.min_count) continue;
       pending_.erase(keys[i]);
     }
-    admit.push_back(keys[i]);
+    admit.push_back(i);
   }
   const std::string problem = MakeRoom(admit.size());
   if (!problem.empty()) return problem;
-  for (int64_t key : admit) row_count_[Insert(key)] = 1;
-  for (int64_t i = 0; i < n; ++i) {
-    const float* row = Find(keys[i]);
-    if (row != nullptr) {
-      std::memcpy(out + i * dim, row, dim * sizeof(float));
-    } else {  // not admitted yet: the initializer's value, nothing stored
-      InitRows(config_.init, keys + i, dim, 0, 1, out + i * dim);
-    }
+  for (int64_t i : admit) {
+    rows[i] = Insert(keys[i]);
+    row_count_[rows[i]] = 1;
   }
+  run(n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      if (i + kPrefetchDistance < i1 && rows[i + kPrefetchDistance] >= 0) {
+        PrefetchBytes<0>(RowPtr(rows[i + kPrefetchDistance]), dim * sizeof(float));
+      }
+      if (rows[i] >= 0) {
+        std::memcpy(out + i * dim, RowPtr(rows[i]), dim * sizeof(float));
+      } else {  // not admitted yet: the initializer's value, nothing stored
+        InitRows(config_.init, keys + i, dim, 0, 1, out + i * dim);
+      }
+    }
+  });
   return "";
 }
 

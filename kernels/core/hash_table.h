@@ -5,6 +5,7 @@
 #define SOK_LITE_KERNELS_CORE_HASH_TABLE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -35,10 +36,14 @@ class HashTable {
   // Floats per stored row: the value, then each slot.
   int64_t stride() const { return config_.dim * (1 + num_slots()); }
 
-  // One lookup step over distinct keys: stored keys are marked seen; unseen keys are counted
+  // Runs fn over disjoint ranges covering [0, n), possibly in parallel.
+  using Runner = std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
+
+  // One lookup step over DISTINCT keys: stored keys are marked seen; unseen keys are counted
   // and stored once admitted (evicting under the capacity policy if needed). out[i, :dim] gets
-  // each key's value (the initializer's value for keys not admitted yet). Returns "" or an error.
-  std::string Lookup(const int64_t* keys, int64_t n, float* out);
+  // each key's value (the initializer's value for keys not admitted yet). Probing and copying
+  // run through `run`; inserts are serial. Returns "" or an error.
+  std::string Lookup(const int64_t* keys, int64_t n, float* out, const Runner& run);
 
   // Pointer to the stored row of key (value then slots), or null if the key is not stored.
   float* Find(int64_t key);

@@ -5,6 +5,7 @@
 
 #include "kernels/core/optimizers.h"
 #include "kernels/core/unique.h"
+#include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/dynamic_table.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -88,24 +89,26 @@ class DynamicLookupOp : public OpKernel {
     OP_REQUIRES_OK(ctx, GetTable(ctx, &t));
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
-    // A key counts once per lookup step however often it repeats (lookup_sparse passes
-    // distinct keys already; this keeps the raw op safe too).
+    // A key counts once per lookup step however often it repeats.
     std::vector<int64_t> unique(n);
     std::vector<int32_t> inverse(n);
     const int64_t u = UniqueIds(keys.flat<int64_t>().data(), n, unique.data(), inverse.data());
+    const HashTable::Runner run = [ctx](int64_t total,
+                                        const std::function<void(int64_t, int64_t)>& fn) {
+      ParallelFor(ctx, total, 2000, fn);
+    };
     tensorflow::mutex_lock lock(t->mu);
     const int64_t dim = t->table.config().dim;
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim}), &out));
     float* dst = out->flat<float>().data();
-    if (u == n) {
-      const std::string problem = t->table.Lookup(unique.data(), u, dst);
+    if (u == n) {  // distinct already (lookup_sparse passes unique keys): rows in input order
+      const std::string problem = t->table.Lookup(unique.data(), u, dst, run);
       OP_REQUIRES(ctx, problem.empty(), errors::InvalidArgument(Label(name_), ": ", problem));
-      // UniqueIds keeps first-occurrence order, so distinct keys come back in input order.
       return;
     }
     std::vector<float> rows(u * dim);
-    const std::string problem = t->table.Lookup(unique.data(), u, rows.data());
+    const std::string problem = t->table.Lookup(unique.data(), u, rows.data(), run);
     OP_REQUIRES(ctx, problem.empty(), errors::InvalidArgument(Label(name_), ": ", problem));
     for (int64_t i = 0; i < n; ++i) {
       std::copy_n(rows.data() + static_cast<int64_t>(inverse[i]) * dim, dim, dst + i * dim);

@@ -185,7 +185,11 @@ class GatherForPeersOp : public OpKernel {
         if (table->table.config().dim != dim) {
           return errors::InvalidArgument(TableLabel(names_, t), ": dimension mismatch");
         }
-        const std::string problem = table->table.Lookup(unique.data(), u, rows.data());
+        const HashTable::Runner run = [ctx](int64_t total,
+                                            const std::function<void(int64_t, int64_t)>& fn) {
+          ParallelFor(ctx, total, 2000, fn);
+        };
+        const std::string problem = table->table.Lookup(unique.data(), u, rows.data(), run);
         if (!problem.empty()) return errors::InvalidArgument(TableLabel(names_, t), ": ", problem);
       }
       int64_t k = 0;
