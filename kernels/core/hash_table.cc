@@ -202,6 +202,19 @@ void HashTable::AddSlots(const std::vector<float>& initial_values) {
   chunks_ = std::move(chunks);
 }
 
+void HashTable::Clear() {
+  slot_key_.assign(16, 0);
+  slot_row_.assign(16, -1);
+  size_ = 0;
+  chunks_.clear();
+  row_key_.clear();
+  row_last_seen_.clear();
+  row_count_.clear();
+  row_used_.clear();
+  free_rows_.clear();
+  pending_.clear();
+}
+
 int64_t HashTable::EvictUnseen(int64_t steps_unseen) {
   std::vector<int64_t> victims;
   for (int64_t r = 0; r < static_cast<int64_t>(row_key_.size()); ++r) {

@@ -55,6 +55,9 @@ class HashTable {
   // Adds slots (re-laying out every stored row); existing slots keep their values.
   void AddSlots(const std::vector<float>& initial_values);
 
+  // Removes every row (the slot layout and the step counter stay).
+  void Clear();
+
   // Removes rows not seen during the last `steps_unseen` lookup steps; returns how many.
   int64_t EvictUnseen(int64_t steps_unseen);
 

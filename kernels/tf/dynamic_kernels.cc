@@ -270,6 +270,18 @@ class DynamicEvictOp : public OpKernel {
   }
 };
 
+class DynamicClearOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<DynamicTableResource> t;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &t));
+    tensorflow::mutex_lock lock(t->mu);
+    t->table.Clear();
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("SokLiteDynamicClear").Device(DEVICE_CPU), DynamicClearOp);
 REGISTER_KERNEL_BUILDER(Name("SokLiteDynamicTable").Device(DEVICE_CPU), DynamicTableOp);
 REGISTER_KERNEL_BUILDER(Name("SokLiteDynamicLookup").Device(DEVICE_CPU), DynamicLookupOp);
 REGISTER_KERNEL_BUILDER(Name("SokLiteDynamicApply").Device(DEVICE_CPU), DynamicApplyOp);

@@ -105,6 +105,12 @@ REGISTER_OP("SokLiteDynamicSize")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::ScalarShape);
 
+REGISTER_OP("SokLiteDynamicClear")
+    .Input("table: resource")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
+    .Doc("Removes every row of this rank's table (before loading a checkpoint into it).");
+
 REGISTER_OP("SokLiteDynamicEvict")
     .Input("table: resource")
     .Input("steps_unseen: int64")

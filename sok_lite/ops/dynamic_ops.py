@@ -52,6 +52,10 @@ def size(handle):
     return _ops().sok_lite_dynamic_size(table=handle)
 
 
+def clear(handle):
+    return _ops().sok_lite_dynamic_clear(table=handle)
+
+
 def evict(handle, steps_unseen):
     return _ops().sok_lite_dynamic_evict(table=handle, steps_unseen=steps_unseen)
 
@@ -63,6 +67,7 @@ for _op in (
     "SokLiteDynamicAssign",
     "SokLiteDynamicSize",
     "SokLiteDynamicEvict",
+    "SokLiteDynamicClear",
 ):
     tf.no_gradient(_op)
 

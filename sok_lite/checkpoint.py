@@ -1,0 +1,314 @@
+"""sok_lite.dump / sok_lite.load: checkpoints of sharded and hash tables that reload on any
+number of ranks. The directory format is described in docs/checkpoint_format.md.
+
+Each rank writes only its own rows, in bounded chunks; each rank loads by streaming every shard
+file and keeping the rows it owns under the current world size. A dump is written under a
+temporary name and renamed once complete; a load validates everything before it assigns anything.
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+
+import numpy as np
+import tensorflow as tf
+
+from sok_lite import comm
+from sok_lite.dynamic import DynamicVariable
+from sok_lite.ops import dynamic_ops
+from sok_lite.optimizer_rules import rule_for
+from sok_lite.slots import get_slots
+from sok_lite.variable import Variable
+
+FORMAT = "sok_lite.checkpoint"
+VERSION = 1
+CHUNK_ROWS = 65536  # rows per read/write: bounds the memory a dump or load adds per table
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded: missing, incomplete, corrupt or not matching."""
+
+
+def hash_owner(keys: np.ndarray, num_ranks: int) -> np.ndarray:
+    """The rank owning each hash-table key (the same mix as kernels/core/exchange.h)."""
+    x = keys.astype(np.int64).view(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return ((x ^ (x >> np.uint64(31))) % np.uint64(num_ranks)).astype(np.int64)
+
+
+def _name(var) -> str:
+    return var.name.split(":")[0]
+
+
+def _barrier(communicator) -> None:
+    communicator.allreduce_sum(tf.constant(1, tf.int32)).numpy()
+
+
+def _sha256(path: pathlib.Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _slot_names(optimizer, var) -> list[str]:
+    return [] if optimizer is None else [n for n, _ in rule_for(optimizer).slots]
+
+
+def _table_meta(var, optimizer) -> dict:
+    meta = {"name": _name(var), "dtype": var.dtype.name, "slots": _slot_names(optimizer, var)}
+    if isinstance(var, DynamicVariable):
+        meta.update(kind="dynamic", dim=var.dimension)
+    else:
+        mode = var.mode if isinstance(var, Variable) else "distributed"
+        shape = var.global_shape if isinstance(var, Variable) else var.shape
+        meta.update(kind="static", mode=mode, global_shape=shape.as_list(), dim=int(shape[1]))
+    return meta
+
+
+def _static_chunks(var, optimizer, communicator):
+    """(global row ids, rows [n, dim * (1 + slots)]) of this rank's shard, chunk by chunk."""
+    slots = get_slots(optimizer, var, rule_for(optimizer).slots) if optimizer else []
+    local_rows = int(var.shape[0])
+    rank, n = communicator.rank, communicator.num_ranks
+    placement = var.placement if isinstance(var, Variable) else None
+    for start in range(0, local_rows, CHUNK_ROWS):
+        idx = tf.range(start, min(start + CHUNK_ROWS, local_rows), dtype=tf.int64)
+        parts = [var.sparse_read(idx)] + [s.sparse_read(idx) for s in slots]
+        local = idx.numpy()
+        if placement is None or placement.kind == "distributed":
+            ids = local * n + rank
+        else:
+            ids = local
+        yield ids, np.concatenate([p.numpy() for p in parts], axis=1)
+
+
+def _dynamic_chunks(var, optimizer):
+    keys, rows = var.export(with_slots=optimizer is not None)
+    keys, rows = keys.numpy().astype(np.int64), rows.numpy()
+    for start in range(0, max(len(keys), 1), CHUNK_ROWS):
+        yield keys[start : start + CHUNK_ROWS], rows[start : start + CHUNK_ROWS]
+
+
+def dump(path, variables, optimizer=None) -> None:
+    """Writes tables (and, with an optimizer, their slots and step) to directory `path`.
+
+    Every rank must call it with the same tables in the same order. Each rank writes its own
+    rows; `path` appears only once every rank has finished (a crash leaves any previous
+    checkpoint at `path` as it was).
+
+    Args:
+      path: the checkpoint directory (created; replaced if it exists).
+      variables: sok_lite.Variable / DynamicVariable tables.
+      optimizer: the Keras optimizer whose slots (OptimizerScope) and iterations to save.
+    """
+    communicator = comm.current()
+    rank = communicator.rank
+    final = pathlib.Path(path)
+    tmp = final.with_name(final.name + ".tmp")
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    _barrier(communicator)
+    files = {}
+    for t, var in enumerate(variables):
+        chunks = (
+            _dynamic_chunks(var, optimizer)
+            if isinstance(var, DynamicVariable)
+            else _static_chunks(var, optimizer, communicator)
+        )
+        ids_file = tmp / f"t{t}.r{rank}.ids"
+        rows_file = tmp / f"t{t}.r{rank}.rows"
+        count, width = 0, None
+        with open(ids_file, "wb") as fi, open(rows_file, "wb") as fr:
+            for ids, rows in chunks:
+                fi.write(np.ascontiguousarray(ids, "<i8").tobytes())
+                fr.write(
+                    np.ascontiguousarray(
+                        rows, "<f4" if rows.dtype == np.float32 else "<f8"
+                    ).tobytes()
+                )
+                count += len(ids)
+                width = rows.shape[1] if rows.ndim == 2 else width
+            for f in (fi, fr):
+                f.flush()
+                os.fsync(f.fileno())
+        for f in (ids_file, rows_file):
+            files[f.name] = {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+        files[rows_file.name].update(rows=count, width=width, table=t, rank=rank)
+        files[ids_file.name].update(rows=count, table=t, rank=rank)
+    (tmp / f"rank{rank}.json").write_text(json.dumps(files))
+    _barrier(communicator)
+    if rank == 0:
+        manifest = {
+            "format": FORMAT,
+            "version": VERSION,
+            "world_size": communicator.num_ranks,
+            "optimizer": None if optimizer is None else type(optimizer).__name__,
+            "iterations": None if optimizer is None else int(optimizer.iterations.numpy()),
+            "tables": [_table_meta(v, optimizer) for v in variables],
+            "files": {},
+        }
+        for r in range(communicator.num_ranks):
+            manifest["files"].update(json.loads((tmp / f"rank{r}.json").read_text()))
+        with open(tmp / "manifest.json", "w") as f:
+            json.dump(manifest, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        old = final.with_name(final.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if final.exists():
+            final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    _barrier(communicator)
+
+
+def _read_manifest(final: pathlib.Path) -> dict:
+    manifest_path = final / "manifest.json"
+    if not manifest_path.exists():
+        raise CheckpointError(f"{final}: no manifest.json: not a complete sok_lite checkpoint")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{manifest_path}: unreadable manifest ({e})") from e
+    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+        raise CheckpointError(
+            f"{manifest_path}: format {manifest.get('format')!r} version "
+            f"{manifest.get('version')!r}, expected {FORMAT!r} {VERSION}"
+        )
+    return manifest
+
+
+def _check_files(final: pathlib.Path, manifest: dict) -> None:
+    for name, info in manifest["files"].items():
+        f = final / name
+        if not f.exists():
+            raise CheckpointError(f"{f}: missing shard file")
+        if f.stat().st_size != info["bytes"]:
+            raise CheckpointError(
+                f"{f}: {f.stat().st_size} bytes, the manifest says "
+                f"{info['bytes']} (truncated or overwritten)"
+            )
+        if _sha256(f) != info["sha256"]:
+            raise CheckpointError(f"{f}: checksum mismatch (corrupt file)")
+
+
+def _check_table(meta: dict, var, optimizer, manifest_path) -> None:
+    expected = _table_meta(var, optimizer)
+    label = f"{manifest_path}: table '{meta.get('name')}'"
+    for key in ("kind", "dim", "dtype"):
+        if meta.get(key) != expected[key]:
+            raise CheckpointError(
+                f"{label}: {key} {meta.get(key)!r}, the variable has {expected[key]!r}"
+            )
+    if meta["kind"] == "static" and meta["global_shape"] != expected["global_shape"]:
+        raise CheckpointError(
+            f"{label}: global shape {meta['global_shape']}, the variable has "
+            f"{expected['global_shape']}"
+        )
+    if optimizer is not None and meta["slots"] != expected["slots"]:
+        raise CheckpointError(
+            f"{label}: slots {meta['slots']}, the optimizer needs {expected['slots']}"
+        )
+
+
+def _owned_rows(final, manifest, t, var, width_out, communicator):
+    """Streams every shard file of table t; returns (ids, rows) that this rank owns now."""
+    rank, n = communicator.rank, communicator.num_ranks
+    keep_ids, keep_rows = [], []
+    dtype = np.dtype("<f4" if var.dtype == tf.float32 else "<f8")
+    for r in range(manifest["world_size"]):
+        info = manifest["files"][f"t{t}.r{r}.rows"]
+        count, width = info["rows"], info["width"]
+        if count and (width is None or width < width_out):
+            raise CheckpointError(
+                f"{final / f't{t}.r{r}.rows'}: rows of width {width}, need {width_out}"
+            )
+        with (
+            open(final / f"t{t}.r{r}.ids", "rb") as fi,
+            open(final / f"t{t}.r{r}.rows", "rb") as fr,
+        ):
+            for start in range(0, count, CHUNK_ROWS):
+                k = min(CHUNK_ROWS, count - start)
+                ids = np.frombuffer(fi.read(8 * k), "<i8")
+                rows = np.frombuffer(fr.read(dtype.itemsize * k * width), dtype).reshape(k, width)
+                if isinstance(var, DynamicVariable):
+                    mine = hash_owner(ids, n) == rank
+                elif var.placement.kind == "distributed":
+                    mine = ids % n == rank
+                else:
+                    mine = np.full(len(ids), var.placement.rank == rank)
+                keep_ids.append(ids[mine])
+                keep_rows.append(rows[mine, :width_out])
+    ids = np.concatenate(keep_ids) if keep_ids else np.zeros([0], np.int64)
+    rows = np.concatenate(keep_rows) if keep_rows else np.zeros([0, width_out], dtype)
+    return ids, rows
+
+
+def load(path, variables, optimizer=None) -> None:
+    """Loads tables (and, with an optimizer, their slots and step) saved by `dump`.
+
+    Works on any number of ranks: each rank keeps the rows it owns under the current world size.
+    Every file is checked (presence, size, checksum) and every table's metadata compared with
+    the variable before anything is assigned: on error no variable changes.
+
+    Raises:
+      CheckpointError (a ValueError): naming the file and the problem.
+    """
+    communicator = comm.current()
+    final = pathlib.Path(path)
+    manifest = _read_manifest(final)
+    tables = manifest["tables"]
+    if len(tables) != len(variables):
+        raise CheckpointError(f"{final}: {len(tables)} tables saved, {len(variables)} given")
+    for meta, var in zip(tables, variables):
+        _check_table(meta, var, optimizer, final / "manifest.json")
+    _check_files(final, manifest)
+
+    prepared = []
+    for t, (meta, var) in enumerate(zip(tables, variables)):
+        slots = len(meta["slots"]) if optimizer is not None else 0
+        ids, rows = _owned_rows(final, manifest, t, var, meta["dim"] * (1 + slots), communicator)
+        if meta["kind"] == "static":
+            local_rows = int(var.shape[0])
+            local = ids // communicator.num_ranks if var.placement.kind == "distributed" else ids
+            if len(local) != local_rows or set(local.tolist()) != set(range(local_rows)):
+                raise CheckpointError(
+                    f"{final}: table '{meta['name']}' has {len(local)} rows for "
+                    f"this rank's {local_rows}"
+                )
+            order = np.argsort(local)
+            rows = rows[order]
+        prepared.append((meta, var, ids, rows))
+
+    # Everything is read and checked: now assign.
+    for meta, var, ids, rows in prepared:
+        dim = meta["dim"]
+        if meta["kind"] == "static":
+            var.assign(rows[:, :dim])
+            if optimizer is not None:
+                slot_vars = get_slots(optimizer, var, rule_for(optimizer).slots)
+                for i, slot in enumerate(slot_vars):
+                    slot.assign(rows[:, dim * (i + 1) : dim * (i + 2)])
+            continue
+        dynamic_ops.clear(var.handle)
+        with_slots = optimizer is not None and bool(meta["slots"])
+        if with_slots:  # lay the slots out in the table before assigning full rows
+            rule = rule_for(optimizer)
+            hyper = tf.stack([tf.constant(0.0, tf.float64)] * 2 + rule.params(optimizer))
+            dynamic_ops.apply(
+                var.handle,
+                tf.zeros([0], tf.int64),
+                tf.zeros([0, dim]),
+                hyper,
+                rule.kind,
+                [f for _, f in rule.slots],
+            )
+        var.assign(tf.constant(ids), tf.constant(rows, tf.float32), with_slots=with_slots)
+    if optimizer is not None and manifest.get("iterations") is not None:
+        optimizer.iterations.assign(manifest["iterations"])
