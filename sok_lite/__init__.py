@@ -1,6 +1,7 @@
 """sok_lite: sharded, sparse and dynamic embedding tables for TensorFlow/Keras."""
 
-from sok_lite import optimizers
+from sok_lite import keras, optimizers
+from sok_lite.checkpoint import CheckpointError, dump, load
 from sok_lite.comm import init, num_ranks, rank
 from sok_lite.dynamic import DynamicVariable
 from sok_lite.lookup import lookup_sparse
@@ -27,6 +28,10 @@ __all__ = [
     "filter_variables",
     "split_embedding_variable_from_others",
     "opt_slots",
+    "dump",
+    "load",
+    "CheckpointError",
     "optimizers",
+    "keras",
     "__version__",
 ]

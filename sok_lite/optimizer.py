@@ -131,6 +131,11 @@ def apply_gradients(optimizer, grads_and_vars, keras_apply, is_ours):
     pairs = [(g, v) for g, v in grads_and_vars]
     ours = [(_as_rows(g, v), v) for g, v in pairs if g is not None and is_ours(v)]
     dense = [(g, v) for g, v in pairs if not is_ours(v)]
+    if ours and getattr(optimizer, "loss_scale_factor", None):
+        raise ValueError(
+            "loss_scale_factor is not supported for sok_lite tables: their "
+            "gradients would be applied scaled"
+        )
     if not ours:
         if not dense:  # nothing but tables without a gradient: the step still counts
             return optimizer.iterations.assign_add(1)
@@ -187,7 +192,8 @@ class OptimizerScope:
         self._saved: list = []
 
     def _is_ours(self, var) -> bool:
-        return _is_table(var) or var.ref() in self._refs
+        # Keras 3 variables have no ref(); they are never tables.
+        return _is_table(var) or (isinstance(var, tf.Variable) and var.ref() in self._refs)
 
     def __enter__(self):
         is_ours = self._is_ours
@@ -213,9 +219,19 @@ class OptimizerScope:
 class OptimizerWrapper:
     """A Keras optimizer whose apply_gradients routes sok_lite tables to row-wise kernels.
 
-    The object form of OptimizerScope, for code that cannot use a `with` block. Every other
-    attribute (learning_rate, iterations, ...) is the wrapped optimizer's.
+    The object form of OptimizerScope, for code that cannot use a `with` block. For a Keras 3
+    optimizer it returns sok_lite.keras.OptimizerWrapper, a Keras optimizer that
+    model.compile accepts; for others (tf_keras) an object whose other attributes
+    (learning_rate, iterations, ...) are the wrapped optimizer's.
     """
+
+    def __new__(cls, optimizer):
+        # A Keras 3 optimizer gets the Keras-native wrapper, which model.compile accepts.
+        if isinstance(optimizer, keras.optimizers.Optimizer):
+            from sok_lite.keras.optimizer import OptimizerWrapper as KerasOptimizerWrapper
+
+            return KerasOptimizerWrapper(optimizer)
+        return super().__new__(cls)
 
     def __init__(self, optimizer):
         self._optimizer = optimizer

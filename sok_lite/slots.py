@@ -40,4 +40,5 @@ def opt_slots(optimizer, var) -> dict[str, ResourceVariable]:
     >>> sok.opt_slots(keras.optimizers.Adam(), sok.Variable(np.zeros([2, 2])))
     {}
     """
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # sok_lite.keras wrapper
     return dict(_SLOTS.get(optimizer, {}).get(var.ref(), {}))

@@ -1,0 +1,7 @@
+"""Keras 3 layers and optimizer for sok_lite tables (`import sok_lite as sok; sok.keras...`)."""
+
+from sok_lite.keras.features import FeatureSpec
+from sok_lite.keras.layers import Embedding, EmbeddingCollection
+from sok_lite.keras.optimizer import OptimizerWrapper
+
+__all__ = ["Embedding", "EmbeddingCollection", "FeatureSpec", "OptimizerWrapper"]

@@ -1,0 +1,35 @@
+"""The Keras 3 and TensorFlow internals sok_lite.keras relies on, in one place.
+
+Each name here is private to Keras or TensorFlow; tests/test_keras_compat.py fails loudly if one
+moves.
+"""
+
+import tensorflow as tf
+
+
+def track_table(layer, table: tf.Variable) -> None:
+    """Lists a sok_lite table among `layer`'s weights, as `add_weight` does for Keras variables.
+
+    Keras 3 collects `layer.trainable_variables` (and through it `model.trainable_variables`,
+    `model.weights`, `summary()`, `save_weights()`) from stores that its attribute tracker only
+    fills with `keras.Variable`s. Our tables are TF resource variables, so they are added to
+    the store directly, with the attributes Keras reads off a weight (none of which applies to
+    a table: no regularizer). `Layer._tracker.add_to_store` is private to Keras.
+    """
+    # What Keras reads off every weight (regularization losses, weight maps); TF variables
+    # already have `constraint` (None).
+    table.regularizer = None
+    table.overwrite_with_gradient = False
+    table.path = table.name.split(":")[0]
+    store = "trainable_variables" if table.trainable else "non_trainable_variables"
+    layer._tracker.add_to_store(store, table)
+
+
+def set_trainable(table: tf.Variable, trainable: bool) -> None:
+    """Freezes or unfreezes a table, as Keras does for `keras.Variable.trainable = ...`.
+
+    A TF variable's `trainable` is read-only, but Keras freezes a layer by setting it on each
+    weight. `_trainable` is what TF reads for it: a frozen table leaves the layer's trainable
+    weights and GradientTapes stop watching it.
+    """
+    table._trainable = bool(trainable)

@@ -1,0 +1,258 @@
+"""Keras 3 layers over sok_lite tables: Embedding (one feature) and EmbeddingCollection (many).
+
+Both create their tables as sok_lite.Variable in build(), list them among the layer's weights
+(so model.trainable_variables, summary(), save_weights() and tf.train.Checkpoint see them) and
+look all of their features up in one sok_lite.lookup_sparse call.
+"""
+
+from collections.abc import Mapping, Sequence
+
+import keras
+import tensorflow as tf
+
+from sok_lite.keras._compat import set_trainable, track_table
+from sok_lite.keras.features import FeatureSpec, TableSpec, serialize_initializer, table_specs
+from sok_lite.keras.inputs import as_id_lists
+from sok_lite.lookup import lookup_sparse
+from sok_lite.variable import Variable
+
+
+class _TableLayer(keras.layers.Layer):
+    """What both layers share: table creation and tracking, freezing, no XLA."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        # Our ops have no XLA kernels: keep Keras' jit_compile="auto" from choosing XLA.
+        self.supports_jit = False
+
+    def _create_table(self, spec: TableSpec, name: str) -> Variable:
+        initializer = spec.initializer
+        if isinstance(initializer, (str, dict)):
+            initializer = keras.initializers.get(initializer)
+        # build() may run while Keras traces a function; the table must outlive that graph.
+        with tf.init_scope():
+            table = Variable(
+                shape=[spec.input_dim, spec.output_dim],
+                initializer=initializer,
+                dtype=self.variable_dtype,
+                mode=spec.mode,
+                name=name,
+                trainable=self.trainable,
+            )
+        track_table(self, table)
+        return table
+
+    def _lookup(self, tables: Sequence[Variable], features: Sequence[FeatureSpec], inputs):
+        ids = [
+            as_id_lists(x, f.pad_value, f"layer {self.name!r}, feature {f.name!r}")
+            for x, f in zip(inputs, features)
+        ]
+        outputs = lookup_sparse(
+            list(tables),
+            ids,
+            hotness=[f.hotness for f in features],
+            combiners=[f.combiner for f in features],
+        )
+        return [tf.cast(out, self.compute_dtype) for out in outputs]
+
+    def _output_spec(self, inputs, feature: FeatureSpec) -> keras.KerasTensor:
+        return keras.KerasTensor((inputs.shape[0], feature.output_dim), dtype=self.compute_dtype)
+
+    @property
+    def trainable(self) -> bool:
+        return self._trainable
+
+    @trainable.setter
+    def trainable(self, value: bool) -> None:
+        # Keras' own setter assigns `trainable` on each weight, which TF variables refuse.
+        self._trainable = bool(value)
+        weights = getattr(self, "_trainable_variables", [])
+        weights = weights + getattr(self, "_non_trainable_variables", [])
+        for weight in weights:
+            if isinstance(weight, keras.Variable):
+                weight.trainable = self._trainable
+            else:
+                set_trainable(weight, self._trainable)
+
+
+@keras.saving.register_keras_serializable(package="sok_lite")
+class Embedding(_TableLayer):
+    """One sok_lite table, looked up and combined per sample: [batch, ids] -> [batch, output_dim].
+
+    Args:
+      input_dim: rows of the table; ids must be in [0, input_dim).
+      output_dim: columns of the table, the width of the output.
+      combiner: "sum", "mean" or "sqrtn" over the ids of a sample (no ids: a row of zeros).
+      initializer: a Keras initializer (name, config dict or object). RandomNormal,
+        TruncatedNormal, RandomUniform, Zeros, Ones and Constant give the same table on any
+        number of ranks (see sok_lite.Variable).
+      mode: "distributed" or "localized:K", as sok_lite.Variable.
+      hotness: the most ids a sample may have (a longer sample is an error); None: no limit.
+      pad_value: for dense inputs, the id that marks an empty slot: entries equal to it are
+        dropped. None (the default): every entry of a dense input is an id.
+      **kwargs: keras.layers.Layer arguments (name, trainable, dtype).
+
+    Call args:
+      inputs: a tf.RaggedTensor or tf.SparseTensor [batch, None] of int32/int64 ids, or a dense
+        integer tensor [batch, k] (filtered by pad_value) or [batch].
+
+    Returns:
+      A [batch, output_dim] tensor of the layer's compute dtype.
+
+    Raises:
+      ValueError: for a bad combiner, mode or dimension, or non-integer ids.
+      tf.errors.InvalidArgumentError: for an id outside [0, input_dim) or a sample longer than
+        hotness.
+
+    >>> import tensorflow as tf, sok_lite as sok
+    >>> layer = sok.keras.Embedding(10, 4, combiner="mean", pad_value=-1)
+    >>> layer(tf.constant([[1, 2, -1], [3, -1, -1]])).shape
+    TensorShape([2, 4])
+    """
+
+    def __init__(
+        self,
+        input_dim: int,
+        output_dim: int,
+        *,
+        combiner: str = "sum",
+        initializer: str | dict | keras.initializers.Initializer = "random_normal",
+        mode: str = "distributed",
+        hotness: int | None = None,
+        pad_value: int | None = None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.feature = FeatureSpec(
+            name=self.name,
+            input_dim=input_dim,
+            output_dim=output_dim,
+            combiner=combiner,
+            initializer=initializer,
+            hotness=hotness,
+            pad_value=pad_value,
+            mode=mode,
+        )
+
+    input_dim = property(lambda self: self.feature.input_dim)
+    output_dim = property(lambda self: self.feature.output_dim)
+    combiner = property(lambda self: self.feature.combiner)
+    initializer = property(lambda self: self.feature.initializer)
+    mode = property(lambda self: self.feature.mode)
+    hotness = property(lambda self: self.feature.hotness)
+    pad_value = property(lambda self: self.feature.pad_value)
+
+    def build(self, input_shape=None):
+        f = self.feature
+        spec = TableSpec(f.name, f.input_dim, f.output_dim, f.initializer, f.mode)
+        self.embeddings = self._create_table(spec, "embeddings")
+
+    def call(self, inputs):
+        return self._lookup([self.embeddings], [self.feature], [inputs])[0]
+
+    def compute_output_spec(self, inputs):
+        return self._output_spec(inputs, self.feature)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        f = self.feature
+        config.update(
+            input_dim=f.input_dim,
+            output_dim=f.output_dim,
+            combiner=f.combiner,
+            initializer=serialize_initializer(f.initializer),
+            mode=f.mode,
+            hotness=f.hotness,
+            pad_value=f.pad_value,
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="sok_lite")
+class EmbeddingCollection(_TableLayer):
+    """Many features over one or more sok_lite tables, all looked up in one fused call.
+
+    Args:
+      features: FeatureSpec objects (or dicts of their fields), one per feature. Features whose
+        `table` name is equal share one table.
+      **kwargs: keras.layers.Layer arguments (name, trainable, dtype).
+
+    Call args:
+      inputs: a dict {feature name: ids} (keys that are not features are ignored), or a list
+        with one entry per feature in the order of `features`. Each entry is what
+        sok_lite.keras.Embedding accepts.
+
+    Returns:
+      {feature name: [batch, output_dim] tensor} for a dict input, else a list in feature order.
+
+    Raises:
+      ValueError: for duplicate feature names, features sharing a table that disagree on it, a
+        missing feature or a list of the wrong length.
+
+    >>> import tensorflow as tf, sok_lite as sok
+    >>> layer = sok.keras.EmbeddingCollection([
+    ...     sok.keras.FeatureSpec("item", 100, 8),
+    ...     sok.keras.FeatureSpec("history", 100, 8, combiner="mean", table="item"),
+    ... ])
+    >>> out = layer({"item": tf.constant([[4]]), "history": tf.ragged.constant([[1, 2, 3]])})
+    >>> sorted(out), out["history"].shape
+    (['history', 'item'], TensorShape([1, 8]))
+    """
+
+    def __init__(self, features: Sequence[FeatureSpec | dict], **kwargs):
+        super().__init__(**kwargs)
+        self.features = tuple(FeatureSpec.coerce(f) for f in features)
+        if not self.features:
+            raise ValueError("EmbeddingCollection needs at least one feature")
+        self._table_specs = table_specs(self.features)
+
+    def build(self, input_shape=None):
+        # A tf.Module holds the tables: Keras' own dict tracking does not reach TF variables,
+        # TF's does (checkpoint keys .../tables/<table name>).
+        store = tf.Module()
+        store.tables = {
+            spec.name: self._create_table(spec, spec.name) for spec in self._table_specs
+        }
+        self._table_store = store
+
+    @property
+    def tables(self) -> dict[str, Variable]:
+        """{table name: sok_lite.Variable}, once built."""
+        return dict(self._table_store.tables)
+
+    def _ordered_inputs(self, inputs) -> list:
+        if isinstance(inputs, Mapping):
+            missing = [f.name for f in self.features if f.name not in inputs]
+            if missing:
+                raise ValueError(f"layer {self.name!r}: inputs lack features {missing}")
+            return [inputs[f.name] for f in self.features]
+        inputs = list(inputs)
+        if len(inputs) != len(self.features):
+            raise ValueError(
+                f"layer {self.name!r}: {len(inputs)} inputs for {len(self.features)} features"
+            )
+        return inputs
+
+    def call(self, inputs):
+        tables = self._table_store.tables
+        outputs = self._lookup(
+            [tables[f.table_name] for f in self.features],
+            self.features,
+            self._ordered_inputs(inputs),
+        )
+        if isinstance(inputs, Mapping):
+            return {f.name: out for f, out in zip(self.features, outputs)}
+        return outputs
+
+    def compute_output_spec(self, inputs):
+        specs = [
+            self._output_spec(x, f) for x, f in zip(self._ordered_inputs(inputs), self.features)
+        ]
+        if isinstance(inputs, Mapping):
+            return {f.name: s for f, s in zip(self.features, specs)}
+        return specs
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["features"] = [f.get_config() for f in self.features]
+        return config

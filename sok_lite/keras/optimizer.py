@@ -1,0 +1,144 @@
+"""sok_lite.keras.OptimizerWrapper: a Keras 3 optimizer for model.compile() that updates
+sok_lite tables row-wise and every other weight through the wrapped Keras optimizer."""
+
+import keras
+import tensorflow as tf
+
+from sok_lite import optimizer as sok_optimizer
+from sok_lite.optimizer_rules import rule_for
+from sok_lite.slots import get_slots
+from sok_lite.variable import Variable
+
+
+def _is_table(variable) -> bool:
+    return bool(sok_optimizer.filter_variables([variable])[0])
+
+
+@keras.saving.register_keras_serializable(package="sok_lite")
+class OptimizerWrapper(keras.optimizers.Optimizer):
+    """Wraps a Keras optimizer so that `model.compile(optimizer=...)` trains sok_lite tables.
+
+    apply_gradients() sends the (gradient, table) pairs of sok_lite tables to the fused
+    row-wise kernels, driven by the wrapped optimizer's hyper-parameters (as
+    sok_lite.OptimizerScope does), and every other pair to the wrapped optimizer. Only rows
+    with a gradient change, their slots too. Learning rate and iterations are the wrapped
+    optimizer's, so callbacks that set `model.optimizer.learning_rate` work; `variables` adds
+    the tables' slots (created by build()) to the wrapped optimizer's, so model.save() and
+    tf.train.Checkpoint keep them.
+
+    Args:
+      inner_optimizer: a keras.optimizers.Optimizer (SGD, Adam, AdamW, Adagrad, RMSprop, Ftrl),
+        or a sok_lite.OptimizerWrapper around one.
+      name: the optimizer name; default "sok_lite_" + the wrapped optimizer's name.
+
+    Raises:
+      TypeError: if inner_optimizer is not a Keras 3 optimizer.
+      ValueError: if it uses loss_scale_factor or gradient_accumulation_steps, which the
+        row-wise path does not apply.
+
+    >>> import keras, sok_lite as sok
+    >>> model = keras.Sequential([sok.keras.Embedding(100, 8), keras.layers.Dense(1)])
+    >>> model.compile(optimizer=sok.keras.OptimizerWrapper(keras.optimizers.Adam(0.01)),
+    ...               loss="mse")
+    >>> round(float(model.optimizer.learning_rate), 6)
+    0.01
+    """
+
+    def __init__(self, inner_optimizer, name: str | None = None):
+        if isinstance(inner_optimizer, OptimizerWrapper):  # already wrapped: wrap once
+            inner_optimizer = inner_optimizer.inner_optimizer
+        elif isinstance(inner_optimizer, sok_optimizer.OptimizerWrapper):
+            inner_optimizer = inner_optimizer.optimizer
+        if not isinstance(inner_optimizer, keras.optimizers.Optimizer):
+            raise TypeError(
+                "OptimizerWrapper wraps a keras.optimizers.Optimizer, got "
+                f"{type(inner_optimizer).__name__}"
+            )
+        for unsupported in ("loss_scale_factor", "gradient_accumulation_steps"):
+            if getattr(inner_optimizer, unsupported, None):
+                raise ValueError(
+                    f"{unsupported} of the wrapped optimizer is not applied to sok_lite tables; "
+                    "leave it unset"
+                )
+        super().__init__(learning_rate=0.0, name=name or f"sok_lite_{inner_optimizer.name}")
+        self.inner_optimizer = inner_optimizer
+
+    def build(self, variables):
+        tables, dense = sok_optimizer.filter_variables(variables)
+        self.inner_optimizer.build(dense)
+        # The row-wise slots of fixed-size tables are created now rather than on the first
+        # step, so that `variables` (what model.save() stores) has the same length before and
+        # after training, and tf.train.Checkpoint finds them here. Dynamic tables keep their
+        # slots beside their rows.
+        store = tf.Module()
+        store.slots = []
+        if tables:
+            rule = rule_for(self.inner_optimizer)  # an unsupported optimizer fails here
+            store.slots = [
+                get_slots(self.inner_optimizer, t, rule.slots)
+                for t in tables
+                if isinstance(t, Variable)
+            ]
+        self._table_slots = store
+        super().build(variables)
+
+    def apply_gradients(self, grads_and_vars):
+        pairs = list(grads_and_vars)
+        if not self.built:
+            self.build([v for _, v in pairs])
+        if not pairs:
+            return self.iterations
+        return sok_optimizer.apply_gradients(
+            self.inner_optimizer,
+            pairs,
+            lambda opt, dense: type(opt).apply_gradients(opt, dense),
+            _is_table,
+        )
+
+    def apply(self, grads, trainable_variables=None):
+        if trainable_variables is None:
+            trainable_variables = self._trainable_variables
+        return self.apply_gradients(zip(grads, trainable_variables))
+
+    @property
+    def optimizer(self):
+        """The wrapped optimizer, under the name sok_lite.OptimizerWrapper uses."""
+        return self.inner_optimizer
+
+    @property
+    def iterations(self):
+        return self.inner_optimizer.iterations
+
+    @property
+    def learning_rate(self):
+        return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, learning_rate):
+        self.inner_optimizer.learning_rate = learning_rate
+
+    @property
+    def variables(self):
+        """The wrapped optimizer's variables, then the slots of each table in build order."""
+        table_slots = [s for slots in self._table_slots.slots for s in slots] if self.built else []
+        return self.inner_optimizer.variables + table_slots
+
+    def scale_loss(self, loss):
+        return self.inner_optimizer.scale_loss(loss)
+
+    def finalize_variable_values(self, var_list):
+        self.inner_optimizer.finalize_variable_values([v for v in var_list if not _is_table(v)])
+
+    def get_config(self) -> dict:
+        return {
+            "name": self.name,
+            "inner_optimizer": keras.saving.serialize_keras_object(self.inner_optimizer),
+        }
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        inner = keras.saving.deserialize_keras_object(
+            config.pop("inner_optimizer"), custom_objects=custom_objects
+        )
+        return cls(inner, **config)

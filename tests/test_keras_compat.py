@@ -1,0 +1,31 @@
+"""The Keras and TF internals in sok_lite/keras/_compat.py: fails loudly if one moves."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import sok_lite as sok
+from sok_lite.keras import _compat
+
+
+def test_keras_layers_still_have_a_tracker_with_variable_stores():
+    layer = keras.layers.Layer()
+    assert {"trainable_variables", "non_trainable_variables"} <= set(layer._tracker.config)
+    table = sok.Variable(np.zeros([3, 2]))
+    frozen = sok.Variable(np.zeros([3, 2]), trainable=False)
+    _compat.track_table(layer, table)
+    _compat.track_table(layer, frozen)
+    assert [v is table for v in layer.trainable_variables] == [True]
+    assert [v is frozen for v in layer.non_trainable_variables] == [True]
+    assert table.path == table.name.split(":")[0] and table.regularizer is None
+
+
+def test_tf_variables_still_read_trainable_from_a_private_attribute():
+    table = sok.Variable(np.ones([3, 2]))
+    _compat.set_trainable(table, False)
+    assert table.trainable is False
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(sok.lookup_sparse(table, tf.ragged.constant([[1]], dtype=tf.int64)))
+    assert tape.gradient(loss, table) is None
+    _compat.set_trainable(table, True)
+    assert table.trainable is True
