@@ -297,18 +297,8 @@ def load(path, variables, optimizer=None) -> None:
                     slot.assign(rows[:, dim * (i + 1) : dim * (i + 2)])
             continue
         dynamic_ops.clear(var.handle)
+        # With slots, assign lays them out in the table first (see SokLiteDynamicAssign).
         with_slots = optimizer is not None and bool(meta["slots"])
-        if with_slots:  # lay the slots out in the table before assigning full rows
-            rule = rule_for(optimizer)
-            hyper = tf.stack([tf.constant(0.0, tf.float64)] * 2 + rule.params(optimizer))
-            dynamic_ops.apply(
-                var.handle,
-                tf.zeros([0], tf.int64),
-                tf.zeros([0, dim]),
-                hyper,
-                rule.kind,
-                [f for _, f in rule.slots],
-            )
         var.assign(tf.constant(ids), tf.constant(rows, tf.float32), with_slots=with_slots)
     if optimizer is not None and manifest.get("iterations") is not None:
         optimizer.iterations.assign(manifest["iterations"])

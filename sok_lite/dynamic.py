@@ -146,6 +146,18 @@ class DynamicVariable(BaseResourceVariable):
         this rank removed."""
         return dynamic_ops.evict(self.handle, tf.constant(steps_unseen, tf.int64))
 
+    # tf.train.Checkpoint: this rank's keys and rows (value and optimizer slots).
+    def _serialize_to_tensors(self):
+        keys, rows = dynamic_ops.export(self.handle, with_slots=True)
+        return {"keys": keys, "rows": rows}
+
+    def _restore_from_tensors(self, restored_tensors):
+        cleared = dynamic_ops.clear(self.handle)
+        with tf.control_dependencies([cleared] if cleared is not None else []):
+            return dynamic_ops.assign(
+                self.handle, restored_tensors["keys"], restored_tensors["rows"], with_slots=True
+            )
+
     # A hash table has no dense value: reading it whole is a mistake, not a copy.
     def value(self):
         raise ValueError(

@@ -19,6 +19,23 @@ def _new_slot(var, name: str, fill: float):
     return tf.Variable(value, trainable=False, name=f"{base}/{name}")
 
 
+def _checkpoint_store(optimizer) -> dict:
+    """A dict tracked by `optimizer`, so that tf.train.Checkpoint(optimizer=...) saves the slots.
+
+    Slots are keyed "<table name>/<slot name>"; slots created after a restore are restored as
+    they are created (TF's deferred restoration).
+    """
+    store = getattr(optimizer, "_sok_lite_slots", None)
+    if store is None:
+        store = tf.Module(name="sok_lite_slots")
+        store.slots = {}
+        try:
+            optimizer._sok_lite_slots = store
+        except (AttributeError, TypeError):  # an optimizer that refuses new attributes
+            return {}
+    return store.slots
+
+
 def get_slots(optimizer, var, specs) -> list:
     """The slots of `var` under `optimizer`, created on first use (outside any tf.function).
 
@@ -27,9 +44,14 @@ def get_slots(optimizer, var, specs) -> list:
     per_var = _SLOTS.setdefault(optimizer, {}).setdefault(var.ref(), {})
     missing = [(n, f) for n, f in specs if n not in per_var]
     if missing:
+        store = _checkpoint_store(optimizer)
         with tf.init_scope():
             for name, fill in missing:
                 per_var[name] = _new_slot(var, name, fill)
+                key = f"{var.name.split(':')[0]}/{name}"
+                while key in store:  # tables sharing a name: keep both, in creation order
+                    key += "_"
+                store[key] = per_var[name]
     return [per_var[name] for name, _ in specs]
 
 

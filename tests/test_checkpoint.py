@@ -11,6 +11,7 @@ import time
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import sok_lite as sok
 from tests.checkpoint_model import make_tables, state, train
@@ -150,3 +151,16 @@ def test_hash_owner_matches_the_kernel():
     owners = sok.checkpoint.hash_owner(keys, 3)
     assert owners.min() >= 0 and owners.max() <= 2
     assert np.bincount(owners[6:], minlength=3).min() > 250
+
+
+def test_tf_train_checkpoint_round_trip_with_slots_and_dynamic_tables(tmp_path):
+    tables, opt = make_tables(1), keras.optimizers.Adam(0.05)
+    train(tables, opt, 6)
+    path = tf.train.Checkpoint(tables=tables, optimizer=opt).save(str(tmp_path / "tf"))
+    train(tables, opt, 4, first_step=6)
+
+    fresh, fresh_opt = make_tables(1), keras.optimizers.Adam(0.05)
+    tf.train.Checkpoint(tables=fresh, optimizer=fresh_opt).restore(path)
+    # Slots do not exist until the first step; they are restored as that step creates them.
+    train(fresh, fresh_opt, 4, first_step=6)
+    assert_same_state(state(fresh, fresh_opt), state(tables, opt), rtol=1e-6)

@@ -55,6 +55,9 @@ class HashTable {
   // Adds slots (re-laying out every stored row); existing slots keep their values.
   void AddSlots(const std::vector<float>& initial_values);
 
+  // Sets the values new rows' slots start from (one per slot; the count must match).
+  void SetSlotInit(const std::vector<float>& initial_values) { slot_init_ = initial_values; }
+
   // Removes every row (the slot layout and the step counter stay).
   void Clear();
 

@@ -159,6 +159,8 @@ class DynamicApplyOp : public OpKernel {
                 errors::InvalidArgument(label, " holds ", table.num_slots(),
                                         " optimizer slots; this optimizer needs ",
                                         slot_init_.size(), " (one optimizer per table)"));
+    // Slots restored from a checkpoint were laid out before the optimizer was known.
+    table.SetSlotInit(std::vector<float>(slot_init_.begin(), slot_init_.end()));
     // Sum the gradients of repeated keys, then update each stored row once.
     std::vector<int64_t> keys(n);
     std::vector<int32_t> inverse(n);
@@ -227,7 +229,14 @@ class DynamicAssignOp : public OpKernel {
     const Tensor& values = ctx->input(2);
     tensorflow::mutex_lock lock(t->mu);
     HashTable& table = t->table;
-    const int64_t width = with_slots_ ? table.stride() : table.config().dim;
+    const int64_t dim = table.config().dim;
+    if (with_slots_ && values.dims() == 2 && values.dim_size(1) > table.stride() &&
+        values.dim_size(1) % dim == 0) {
+      // Rows carry more slots than the table has yet (a restore before the first optimizer
+      // step): lay them out, starting from zero until an optimizer sets their initial values.
+      table.AddSlots(std::vector<float>((values.dim_size(1) - table.stride()) / dim, 0.0f));
+    }
+    const int64_t width = with_slots_ ? table.stride() : dim;
     OP_REQUIRES(ctx,
                 values.dims() == 2 && values.dim_size(0) == keys.NumElements() &&
                     values.dim_size(1) == width,
