@@ -3,6 +3,7 @@
 from sok_lite import keras, optimizers
 from sok_lite.checkpoint import CheckpointError, dump, load
 from sok_lite.comm import init, num_ranks, rank
+from sok_lite.compat import All2AllDenseEmbedding, DistributedEmbedding, Init
 from sok_lite.dynamic import DynamicVariable
 from sok_lite.lookup import lookup_sparse
 from sok_lite.optimizer import (
@@ -11,6 +12,7 @@ from sok_lite.optimizer import (
     filter_variables,
     split_embedding_variable_from_others,
 )
+from sok_lite.serving import export_saved_model
 from sok_lite.slots import opt_slots
 from sok_lite.variable import Variable
 
@@ -31,7 +33,11 @@ __all__ = [
     "dump",
     "load",
     "CheckpointError",
+    "export_saved_model",
     "optimizers",
     "keras",
+    "Init",
+    "All2AllDenseEmbedding",
+    "DistributedEmbedding",
     "__version__",
 ]

@@ -100,6 +100,7 @@ class DynamicVariable(BaseResourceVariable):
         self._dimension = dimension
         self._key_dtype = key_dtype
         self._capacity = capacity
+        self._init = init
 
     @property
     def dimension(self) -> int:
@@ -112,6 +113,11 @@ class DynamicVariable(BaseResourceVariable):
     @property
     def mode(self) -> str:
         return "hash"
+
+    @property
+    def initializer_spec(self):
+        """The per-key initializer (a sok_lite.initializers.RowInitializer)."""
+        return self._init
 
     def size(self) -> tf.Tensor:
         """The number of stored rows over all ranks (int64 scalar)."""

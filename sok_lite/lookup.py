@@ -9,6 +9,7 @@ from sok_lite._compat import ResourceVariable, variable_accessed
 from sok_lite.dynamic import DynamicVariable
 from sok_lite.ops import dynamic_ops, exchange_ops, lookup_ops
 from sok_lite.ragged_input import ids_parts, weight_values
+from sok_lite.serving import active_table, combine
 from sok_lite.variable import Variable
 
 COMBINERS = ("sum", "mean", "sqrtn")
@@ -100,6 +101,9 @@ def lookup_sparse(
             )
         if h < 0:
             raise ValueError(f"table {t} ('{_table_name(var)}'): hotness must be >= 0, got {h}")
+    serving = [active_table(v) for v in params]
+    if all(s is not None for s in serving):
+        return _serving_lookup(serving, sp_ids, weights, comb, params, single, name)
     communicator = comm.current()
     if communicator.num_ranks > 1:
         _check_distributed_params(params)
@@ -145,6 +149,19 @@ def lookup_sparse(
             )
             for t, out in zip(group, combined):
                 outputs[t] = out
+    return outputs[0] if single else outputs
+
+
+def _serving_lookup(serving, sp_ids, weights, comb, params, single, name):
+    """Plain-TF lookups of the serving copies (see sok_lite.serving): no sok_lite op."""
+    outputs = []
+    with tf.name_scope(name or "sok_lite_lookup_sparse"):
+        for t, (table, x) in enumerate(zip(serving, sp_ids)):
+            label = f"table {t} ('{_table_name(params[t])}')"
+            ids, splits = ids_parts(x, label, plain_tf=True)
+            dtype = table.rows.dtype
+            w = None if weights[t] is None else tf.cast(weights[t].values, dtype)
+            outputs.append(combine(table.lookup(ids), splits, w, comb[t]))
     return outputs[0] if single else outputs
 
 

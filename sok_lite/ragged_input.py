@@ -22,16 +22,20 @@ def _check_2d(x, what: str, label: str) -> None:
         )
 
 
-def ids_parts(x, label: str) -> tuple[tf.Tensor, tf.Tensor]:
+def ids_parts(x, label: str, plain_tf: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
     """Returns (int64 ids [n], int64 row_splits [batch + 1]) of one table's ids.
 
-    label names the table in error messages, e.g. "table 0 ('users')".
+    label names the table in error messages, e.g. "table 0 ('users')". plain_tf: use only
+    TensorFlow's own ops (serving graphs).
     """
     _check_2d(x, "sp_ids", label)
     if x.dtype not in (tf.int32, tf.int64):
         raise ValueError(f"{label}: ids must be int32 or int64, got {x.dtype.name}")
     if isinstance(x, tf.RaggedTensor):
         return tf.cast(x.values, tf.int64), tf.cast(x.row_splits, tf.int64)
+    if plain_tf:
+        ragged = tf.RaggedTensor.from_value_rowids(x.values, x.indices[:, 0], x.dense_shape[0])
+        return tf.cast(ragged.values, tf.int64), tf.cast(ragged.row_splits, tf.int64)
     # The kernel checks row-major order, which tf.RaggedTensor.from_sparse would silently assume.
     splits = lookup_ops.row_splits_from_row_ids(x.indices[:, 0], x.dense_shape[0], label)
     return tf.cast(x.values, tf.int64), splits

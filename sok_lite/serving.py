@@ -1,0 +1,137 @@
+"""sok_lite.export_saved_model: a SavedModel that serves with plain TensorFlow.
+
+The model is traced once more in "serving mode", in which lookup_sparse reads plain copies of
+the tables instead of calling sok_lite's ops: a static table becomes one tf.Variable with the
+whole table; a DynamicVariable becomes a tf.lookup.StaticHashTable from key to row plus a value
+matrix, and a key it does not hold gets the row the training table would have created for it
+(the initializer, computed with plain TF ops). The saved graph contains no SokLite op, so it
+loads in a process that never imports sok_lite.
+
+Memory: the exporting process holds every table whole (gathered from all ranks) once.
+"""
+
+import contextlib
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from sok_lite import comm
+from sok_lite.dynamic import DynamicVariable
+from sok_lite.serving_init import initial_rows
+from sok_lite.variable import Variable
+
+_active: dict | None = None  # table ref -> ServingTable while exporting
+
+
+@dataclasses.dataclass
+class ServingTable:
+    """A table as plain TF resources: rows (and, for hash tables, a key -> row map)."""
+
+    rows: tf.Variable
+    index: tf.lookup.StaticHashTable | None = None
+    init: object = None  # RowInitializer of a hash table
+
+    def lookup(self, ids: tf.Tensor) -> tf.Tensor:
+        if self.index is None:
+            return tf.gather(self.rows, ids)
+        pos = self.index.lookup(ids)
+        found = tf.gather(self.rows, tf.maximum(pos, 0))
+        fresh = initial_rows(self.init, ids, int(self.rows.shape[1]))
+        return tf.where((pos >= 0)[:, None], found, fresh)
+
+
+def active_table(var) -> "ServingTable | None":
+    """The serving copy of `var` while a model is being exported, else None."""
+    return None if _active is None else _active.get(var.ref())
+
+
+def combine(rows, row_splits, weights, combiner: str) -> tf.Tensor:
+    """Plain-TF per-sample sum / mean / sqrtn of [n, dim] rows; a sample with no ids -> zeros."""
+    w = tf.ones([tf.shape(rows)[0]], rows.dtype) if weights is None else weights
+    weighted = tf.RaggedTensor.from_row_splits(rows * w[:, None], row_splits)
+    summed = tf.reduce_sum(weighted, axis=1)
+    if combiner == "sum":
+        return summed
+    w_ragged = tf.RaggedTensor.from_row_splits(w if combiner == "mean" else w * w, row_splits)
+    denom = tf.reduce_sum(w_ragged, axis=1)
+    if combiner == "sqrtn":
+        denom = tf.sqrt(denom)
+    return tf.math.divide_no_nan(summed, denom[:, None])
+
+
+def _global_static(var) -> np.ndarray:
+    communicator = comm.current()
+    local = var.numpy()
+    if communicator.num_ranks == 1:
+        return local
+    if var.placement.kind == "localized":
+        return communicator.broadcast(tf.constant(local), var.placement.rank).numpy()
+    rows, dim = var.global_shape.as_list()
+    gathered = communicator.allgather(tf.constant(local)).numpy()
+    counts = [
+        var.placement.local_rows(rows, r, communicator.num_ranks)
+        for r in range(communicator.num_ranks)
+    ]
+    full = np.zeros([rows, dim], local.dtype)
+    start = 0
+    for r, c in enumerate(counts):
+        full[r :: communicator.num_ranks] = gathered[start : start + c]
+        start += c
+    return full
+
+
+def _serving_table(var) -> ServingTable:
+    if isinstance(var, DynamicVariable):
+        keys, values = var.export()
+        keys = comm.current().allgather(tf.cast(keys, tf.int64))
+        values = comm.current().allgather(values)
+        index = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(keys, tf.range(tf.size(keys, tf.int64))), -1
+        )
+        return ServingTable(tf.Variable(values, trainable=False), index, var.initializer_spec)
+    return ServingTable(tf.Variable(_global_static(var), trainable=False))
+
+
+@contextlib.contextmanager
+def _serving(tables):
+    global _active
+    previous, _active = _active, tables
+    try:
+        yield
+    finally:
+        _active = previous
+
+
+def export_saved_model(model_or_fn, path, input_signature, tables=None) -> None:
+    """Writes a SavedModel whose "serving_default" signature runs without sok_lite.
+
+    Args:
+      model_or_fn: a Keras model or a function of the inputs that calls sok_lite lookups.
+      path: the SavedModel directory.
+      input_signature: tf.TensorSpecs of the serving function's inputs (flat tensors; build
+        ragged ids inside the function from values and row splits).
+      tables: the sok_lite tables it uses; default: every sok_lite table among a Keras model's
+        variables.
+
+    Raises:
+      ValueError: no tables given or found.
+    """
+    if tables is None:
+        tables = [
+            v
+            for v in getattr(model_or_fn, "variables", [])
+            if isinstance(v, (Variable, DynamicVariable))
+        ]
+    if not tables:
+        raise ValueError("export_saved_model needs the sok_lite tables the model uses")
+    serving = {t.ref(): _serving_table(t) for t in tables}
+    with _serving(serving):
+        fn = tf.function(lambda *args: model_or_fn(*args), input_signature=input_signature)
+        concrete = fn.get_concrete_function()
+    root = tf.Module()
+    root.variables_ = list(concrete.variables)  # the model's own (dense) variables
+    root.rows_ = [s.rows for s in serving.values()]
+    root.tables_ = [s.index for s in serving.values() if s.index is not None]
+    if comm.current().rank == 0:
+        tf.saved_model.save(root, str(path), signatures={"serving_default": concrete})
