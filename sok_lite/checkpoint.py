@@ -19,7 +19,7 @@ from sok_lite import comm
 from sok_lite.dynamic import DynamicVariable
 from sok_lite.ops import dynamic_ops
 from sok_lite.optimizer_rules import rule_for
-from sok_lite.slots import get_slots
+from sok_lite.slots import get_slots, updated_since
 from sok_lite.variable import Variable
 
 FORMAT = "sok_lite.checkpoint"
@@ -70,14 +70,19 @@ def _table_meta(var, optimizer) -> dict:
     return meta
 
 
-def _static_chunks(var, optimizer, communicator):
-    """(global row ids, rows [n, dim * (1 + slots)]) of this rank's shard, chunk by chunk."""
+def _static_chunks(var, optimizer, communicator, since_step=None):
+    """(global row ids, rows [n, dim * (1 + slots)]) of this rank's shard, chunk by chunk;
+    with since_step, only the rows an optimizer step after it changed."""
     slots = get_slots(optimizer, var, rule_for(optimizer).slots) if optimizer else []
-    local_rows = int(var.shape[0])
+    if since_step is None:
+        selected = tf.range(int(var.shape[0]), dtype=tf.int64)
+    else:
+        selected = updated_since(optimizer, var, since_step)
     rank, n = communicator.rank, communicator.num_ranks
     placement = var.placement if isinstance(var, Variable) else None
-    for start in range(0, local_rows, CHUNK_ROWS):
-        idx = tf.range(start, min(start + CHUNK_ROWS, local_rows), dtype=tf.int64)
+    total = int(selected.shape[0])
+    for start in range(0, total, CHUNK_ROWS):
+        idx = selected[start : start + CHUNK_ROWS]
         parts = [var.sparse_read(idx)] + [s.sparse_read(idx) for s in slots]
         local = idx.numpy()
         if placement is None or placement.kind == "distributed":
@@ -87,14 +92,14 @@ def _static_chunks(var, optimizer, communicator):
         yield ids, np.concatenate([p.numpy() for p in parts], axis=1)
 
 
-def _dynamic_chunks(var, optimizer):
-    keys, rows = var.export(with_slots=optimizer is not None)
+def _dynamic_chunks(var, optimizer, since_step=None):
+    keys, rows = var.export(with_slots=optimizer is not None, since_step=since_step)
     keys, rows = keys.numpy().astype(np.int64), rows.numpy()
     for start in range(0, max(len(keys), 1), CHUNK_ROWS):
         yield keys[start : start + CHUNK_ROWS], rows[start : start + CHUNK_ROWS]
 
 
-def dump(path, variables, optimizer=None) -> None:
+def dump(path, variables, optimizer=None, since_step: int | None = None) -> None:
     """Writes tables (and, with an optimizer, their slots and step) to directory `path`.
 
     Every rank must call it with the same tables in the same order. Each rank writes its own
@@ -105,7 +110,14 @@ def dump(path, variables, optimizer=None) -> None:
       path: the checkpoint directory (created; replaced if it exists).
       variables: sok_lite.Variable / DynamicVariable tables.
       optimizer: the Keras optimizer whose slots (OptimizerScope) and iterations to save.
+      since_step: an incremental dump: only rows that optimizer steps after `since_step`
+        changed (needs the optimizer). `load([base, increment, ...])` applies a chain.
+
+    Raises:
+      ValueError: since_step without an optimizer.
     """
+    if since_step is not None and optimizer is None:
+        raise ValueError("an incremental dump (since_step) needs the optimizer")
     communicator = comm.current()
     rank = communicator.rank
     final = pathlib.Path(path)
@@ -117,9 +129,9 @@ def dump(path, variables, optimizer=None) -> None:
     files = {}
     for t, var in enumerate(variables):
         chunks = (
-            _dynamic_chunks(var, optimizer)
+            _dynamic_chunks(var, optimizer, since_step)
             if isinstance(var, DynamicVariable)
-            else _static_chunks(var, optimizer, communicator)
+            else _static_chunks(var, optimizer, communicator, since_step)
         )
         ids_file = tmp / f"t{t}.r{rank}.ids"
         rows_file = tmp / f"t{t}.r{rank}.rows"
@@ -150,6 +162,7 @@ def dump(path, variables, optimizer=None) -> None:
             "world_size": communicator.num_ranks,
             "optimizer": None if optimizer is None else type(optimizer).__name__,
             "iterations": None if optimizer is None else int(optimizer.iterations.numpy()),
+            "since_step": since_step,
             "tables": [_table_meta(v, optimizer) for v in variables],
             "files": {},
         }
@@ -250,6 +263,10 @@ def _owned_rows(final, manifest, t, var, width_out, communicator):
     return ids, rows
 
 
+def _static_local(ids, var, communicator):
+    return ids // communicator.num_ranks if var.placement.kind == "distributed" else ids
+
+
 def load(path, variables, optimizer=None) -> None:
     """Loads tables (and, with an optimizer, their slots and step) saved by `dump`.
 
@@ -257,36 +274,63 @@ def load(path, variables, optimizer=None) -> None:
     Every file is checked (presence, size, checksum) and every table's metadata compared with
     the variable before anything is assigned: on error no variable changes.
 
+    Args:
+      path: a checkpoint directory, or a list: a full dump followed by incremental dumps
+        (`dump(..., since_step=k)`) applied in order.
+      variables: the tables, in the order they were dumped.
+      optimizer: the Keras optimizer to restore slots and iterations into.
+
     Raises:
       CheckpointError (a ValueError): naming the file and the problem.
     """
     communicator = comm.current()
-    final = pathlib.Path(path)
-    manifest = _read_manifest(final)
-    tables = manifest["tables"]
-    if len(tables) != len(variables):
-        raise CheckpointError(f"{final}: {len(tables)} tables saved, {len(variables)} given")
-    for meta, var in zip(tables, variables):
-        _check_table(meta, var, optimizer, final / "manifest.json")
-    _check_files(final, manifest)
+    paths = [pathlib.Path(p) for p in (path if isinstance(path, (list, tuple)) else [path])]
+    manifests = [_read_manifest(p) for p in paths]
+    for i, (p, manifest) in enumerate(zip(paths, manifests)):
+        if (manifest.get("since_step") is None) != (i == 0):
+            kind = "a full dump" if i == 0 else "an incremental dump"
+            raise CheckpointError(f"{p}: expected {kind} at position {i} of the chain")
+        if len(manifest["tables"]) != len(variables):
+            raise CheckpointError(
+                f"{p}: {len(manifest['tables'])} tables saved, {len(variables)} given"
+            )
+        for meta, var in zip(manifest["tables"], variables):
+            _check_table(meta, var, optimizer, p / "manifest.json")
+        _check_files(p, manifest)
 
     prepared = []
-    for t, (meta, var) in enumerate(zip(tables, variables)):
+    for t, var in enumerate(variables):
+        meta = manifests[0]["tables"][t]
         slots = len(meta["slots"]) if optimizer is not None else 0
-        ids, rows = _owned_rows(final, manifest, t, var, meta["dim"] * (1 + slots), communicator)
+        width = meta["dim"] * (1 + slots)
+        ids, rows = _owned_rows(paths[0], manifests[0], t, var, width, communicator)
         if meta["kind"] == "static":
             local_rows = int(var.shape[0])
-            local = ids // communicator.num_ranks if var.placement.kind == "distributed" else ids
+            local = _static_local(ids, var, communicator)
             if len(local) != local_rows or set(local.tolist()) != set(range(local_rows)):
                 raise CheckpointError(
-                    f"{final}: table '{meta['name']}' has {len(local)} rows for "
-                    f"this rank's {local_rows}"
+                    f"{paths[0]}: table '{meta['name']}' has {len(local)} "
+                    f"rows for this rank's {local_rows}"
                 )
-            order = np.argsort(local)
-            rows = rows[order]
+            rows = rows[np.argsort(local)]
+            for p, manifest in zip(paths[1:], manifests[1:]):
+                inc_ids, inc_rows = _owned_rows(p, manifest, t, var, width, communicator)
+                rows[_static_local(inc_ids, var, communicator)] = inc_rows
+        else:
+            parts_ids, parts_rows = [ids], [rows]
+            for p, manifest in zip(paths[1:], manifests[1:]):
+                inc_ids, inc_rows = _owned_rows(p, manifest, t, var, width, communicator)
+                parts_ids.append(inc_ids)
+                parts_rows.append(inc_rows)
+            all_ids, all_rows = np.concatenate(parts_ids), np.concatenate(parts_rows)
+            # The latest dump of a key wins: unique over the reversed order keeps the last.
+            _, last = np.unique(all_ids[::-1], return_index=True)
+            keep = len(all_ids) - 1 - last
+            ids, rows = all_ids[keep], all_rows[keep]
         prepared.append((meta, var, ids, rows))
 
     # Everything is read and checked: now assign.
+    iterations = manifests[-1].get("iterations")
     for meta, var, ids, rows in prepared:
         dim = meta["dim"]
         if meta["kind"] == "static":
@@ -299,6 +343,9 @@ def load(path, variables, optimizer=None) -> None:
         dynamic_ops.clear(var.handle)
         # With slots, assign lays them out in the table first (see SokLiteDynamicAssign).
         with_slots = optimizer is not None and bool(meta["slots"])
-        var.assign(tf.constant(ids), tf.constant(rows, tf.float32), with_slots=with_slots)
-    if optimizer is not None and manifest.get("iterations") is not None:
-        optimizer.iterations.assign(manifest["iterations"])
+        step = -1 if iterations is None else iterations
+        var.assign(
+            tf.constant(ids), tf.constant(rows, tf.float32), with_slots=with_slots, step=step
+        )
+    if optimizer is not None and iterations is not None:
+        optimizer.iterations.assign(iterations)

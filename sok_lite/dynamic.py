@@ -123,14 +123,18 @@ class DynamicVariable(BaseResourceVariable):
         """The number of stored rows over all ranks (int64 scalar)."""
         return comm.current().allreduce_sum(dynamic_ops.size(self.handle))
 
-    def export(self, with_slots: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
+    def export(self, with_slots: bool = False, since_step: int | None = None):
         """(keys [n], values [n, dim]) stored on this rank; with_slots: rows [n, dim * (1 + k)],
-        the value then each optimizer slot."""
-        keys, values = dynamic_ops.export(self.handle, with_slots)
+        the value then each optimizer slot; since_step: only rows an optimizer step (or an
+        assign) changed after that step."""
+        keys, values = dynamic_ops.export(self.handle, with_slots, since_step)
         return tf.cast(keys, self._key_dtype), values
 
-    def assign(self, keys, values, with_slots: bool = False, **unused):
-        """Stores rows for keys (this rank's table; callers route keys to their owners)."""
+    def assign(self, keys, values, with_slots: bool = False, step: int | None = None, **unused):
+        """Stores rows for keys (this rank's table; callers route keys to their owners).
+
+        step: the optimizer step the rows count as changed at (default: later than any step, so
+        every following incremental dump includes them)."""
         keys = tf.convert_to_tensor(keys)
         if keys.dtype not in (tf.int32, tf.int64) or (
             keys.dtype == tf.int64 and self._key_dtype == tf.int32
@@ -145,7 +149,8 @@ class DynamicVariable(BaseResourceVariable):
             raise ValueError(
                 f"'{self.name}': values of width {width} for dimension {self._dimension}"
             )
-        return dynamic_ops.assign(self.handle, tf.cast(keys, tf.int64), values, with_slots)
+        step = dynamic_ops.INT64_MAX if step is None else step
+        return dynamic_ops.assign(self.handle, tf.cast(keys, tf.int64), values, with_slots, step)
 
     def evict(self, steps_unseen: int) -> tf.Tensor:
         """Removes rows not looked up during the last steps_unseen lookups; returns how many

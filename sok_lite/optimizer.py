@@ -15,7 +15,7 @@ from sok_lite.dynamic import DynamicVariable
 from sok_lite.ops import dynamic_ops
 from sok_lite.ops.optimizer_ops import sparse_apply
 from sok_lite.optimizer_rules import learning_rate, rule_for, weight_decay
-from sok_lite.slots import get_slots
+from sok_lite.slots import get_slots, record_update
 from sok_lite.variable import Variable
 
 
@@ -145,13 +145,17 @@ def apply_gradients(optimizer, grads_and_vars, keras_apply, is_ours):
     hyper = tf.stack([learning_rate(optimizer), weight_decay(optimizer)] + rule.params(optimizer))
     for g, v in ours:
         name = v.name.split(":")[0]
+        step = tf.cast(optimizer.iterations, tf.int64) + 1
         if isinstance(v, DynamicVariable):  # slots live in the hash table beside each row
             slot_init = [fill for _, fill in rule.slots]
-            dynamic_ops.apply(v.handle, g.indices, g.values, hyper, rule.kind, slot_init, name)
+            dynamic_ops.apply(
+                v.handle, g.indices, g.values, hyper, rule.kind, slot_init, name, step
+            )
             continue
         slots = get_slots(optimizer, v, rule.slots)
         handles = [s.handle for s in slots]
         sparse_apply(v.handle, handles, g.indices, g.values, hyper, rule.kind, name)
+        record_update(optimizer, v, g.indices, step)
     if dense:
         with _without_global_clipnorm(optimizer, clipped_globally):
             return keras_apply(optimizer, dense)

@@ -9,6 +9,8 @@ from sok_lite.variable import Variable
 
 # optimizer -> {table ref -> {slot name -> slot variable}}
 _SLOTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# optimizer -> {table ref -> int64 [local rows]: the optimizer step that last changed each row}
+_UPDATED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _new_slot(var, name: str, fill: float):
@@ -64,3 +66,24 @@ def opt_slots(optimizer, var) -> dict[str, ResourceVariable]:
     """
     optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # sok_lite.keras wrapper
     return dict(_SLOTS.get(optimizer, {}).get(var.ref(), {}))
+
+
+def record_update(optimizer, var, rows, step) -> None:
+    """Notes that optimizer step `step` changed local `rows` of static table `var`."""
+    per_var = _UPDATED.setdefault(optimizer, {})
+    if var.ref() not in per_var:
+        with tf.init_scope():
+            per_var[var.ref()] = tf.Variable(
+                tf.fill([int(var.shape[0])], tf.constant(-1, tf.int64)), trainable=False
+            )
+    steps = tf.fill(tf.shape(rows), step)
+    per_var[var.ref()].scatter_update(tf.IndexedSlices(steps, rows))
+
+
+def updated_since(optimizer, var, since_step: int):
+    """Local rows of static table `var` that an optimizer step after `since_step` changed."""
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)
+    tracker = _UPDATED.get(optimizer, {}).get(var.ref())
+    if tracker is None:
+        return tf.zeros([0], tf.int64)
+    return tf.cast(tf.where(tracker > since_step)[:, 0], tf.int64)

@@ -164,3 +164,34 @@ def test_tf_train_checkpoint_round_trip_with_slots_and_dynamic_tables(tmp_path):
     # Slots do not exist until the first step; they are restored as that step creates them.
     train(fresh, fresh_opt, 4, first_step=6)
     assert_same_state(state(fresh, fresh_opt), state(tables, opt), rtol=1e-6)
+
+
+def test_base_plus_increments_equals_a_full_dump(tmp_path):
+    tables, opt = make_tables(1), keras.optimizers.Adam(0.05)
+    train(tables, opt, 4)
+    sok.dump(tmp_path / "base", tables, opt)
+    train(tables, opt, 3, first_step=4)
+    sok.dump(tmp_path / "inc1", tables, opt, since_step=4)
+    train(tables, opt, 3, first_step=7)
+    sok.dump(tmp_path / "inc2", tables, opt, since_step=7)
+    sok.dump(tmp_path / "full", tables, opt)
+
+    chained, chained_opt = make_tables(1), keras.optimizers.Adam(0.05)
+    sok.load([tmp_path / "base", tmp_path / "inc1", tmp_path / "inc2"], chained, chained_opt)
+    full, full_opt = make_tables(1), keras.optimizers.Adam(0.05)
+    sok.load(tmp_path / "full", full, full_opt)
+    assert_same_state(state(chained, chained_opt), state(full, full_opt))
+    assert_same_state(state(chained, chained_opt), state(tables, opt))
+    inc = json.loads((tmp_path / "inc2" / "manifest.json").read_text())
+    base = json.loads((tmp_path / "full" / "manifest.json").read_text())
+    # Increments hold only changed rows: the hash table's are fewer than a full dump's.
+    assert inc["files"]["t2.r0.ids"]["rows"] < base["files"]["t2.r0.ids"]["rows"]
+
+
+def test_a_chain_must_start_with_a_full_dump(trained, tmp_path):
+    tables, opt, path = trained
+    sok.dump(tmp_path / "inc", tables, opt, since_step=3)
+    with pytest.raises(sok.CheckpointError, match="expected a full dump"):
+        sok.load([tmp_path / "inc"], make_tables(1), keras.optimizers.Adam(0.05))
+    with pytest.raises(ValueError, match="needs the optimizer"):
+        sok.dump(tmp_path / "x", tables, since_step=3)

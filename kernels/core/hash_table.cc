@@ -60,6 +60,7 @@ int64_t HashTable::AllocateRow() {
   row_key_.push_back(0);
   row_last_seen_.push_back(0);
   row_count_.push_back(0);
+  row_updated_.push_back(-1);
   row_used_.push_back(false);
   return r;
 }
@@ -76,6 +77,7 @@ int64_t HashTable::Insert(int64_t key) {
   row_key_[r] = key;
   row_last_seen_[r] = step_;
   row_count_[r] = 0;
+  row_updated_[r] = -1;
   row_used_[r] = true;
   float* row = RowPtr(r);
   InitRows(config_.init, &key, config_.dim, 0, 1, row);
@@ -177,10 +179,24 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
   return "";
 }
 
-void HashTable::Assign(int64_t key, const float* row, bool with_slots) {
-  float* dst = Find(key);
-  if (dst == nullptr) dst = RowPtr(Insert(key));
-  std::memcpy(dst, row, (with_slots ? stride() : config_.dim) * sizeof(float));
+void HashTable::Assign(int64_t key, const float* row, bool with_slots, int64_t step) {
+  int64_t s = FindSlot(key);
+  const int64_t r = s < 0 ? Insert(key) : slot_row_[s];
+  std::memcpy(RowPtr(r), row, (with_slots ? stride() : config_.dim) * sizeof(float));
+  row_updated_[r] = step;
+}
+
+void HashTable::MarkUpdated(int64_t key, int64_t step) {
+  const int64_t s = FindSlot(key);
+  if (s >= 0) row_updated_[slot_row_[s]] = step;
+}
+
+int64_t HashTable::CountSince(int64_t since_step) const {
+  int64_t n = 0;
+  for (int64_t r = 0; r < static_cast<int64_t>(row_key_.size()); ++r) {
+    n += row_used_[r] && (since_step == INT64_MIN || row_updated_[r] > since_step);
+  }
+  return n;
 }
 
 void HashTable::AddSlots(const std::vector<float>& initial_values) {
@@ -210,6 +226,7 @@ void HashTable::Clear() {
   row_key_.clear();
   row_last_seen_.clear();
   row_count_.clear();
+  row_updated_.clear();
   row_used_.clear();
   free_rows_.clear();
   pending_.clear();

@@ -4,6 +4,7 @@
 #ifndef SOK_LITE_KERNELS_CORE_HASH_TABLE_H_
 #define SOK_LITE_KERNELS_CORE_HASH_TABLE_H_
 
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -49,8 +50,11 @@ class HashTable {
   float* Find(int64_t key);
 
   // Stores key with `row` ([stride] floats, or [dim] with slots at their initial values),
-  // replacing any existing row.
-  void Assign(int64_t key, const float* row, bool with_slots);
+  // replacing any existing row; the row counts as updated at optimizer step `step`.
+  void Assign(int64_t key, const float* row, bool with_slots, int64_t step);
+
+  // Records that key's row was changed by optimizer step `step` (for incremental dumps).
+  void MarkUpdated(int64_t key, int64_t step);
 
   // Adds slots (re-laying out every stored row); existing slots keep their values.
   void AddSlots(const std::vector<float>& initial_values);
@@ -64,13 +68,20 @@ class HashTable {
   // Removes rows not seen during the last `steps_unseen` lookup steps; returns how many.
   int64_t EvictUnseen(int64_t steps_unseen);
 
-  // Calls fn(key, row pointer) for every stored row.
+  // Calls fn(key, row pointer) for every stored row changed by an optimizer step or an assign
+  // after step `since_step` (INT64_MIN: every row; rows only ever looked up have never changed
+  // and come back identical from the initializer).
   template <typename F>
-  void ForEach(F fn) {
+  void ForEach(int64_t since_step, F fn) {
     for (int64_t r = 0; r < static_cast<int64_t>(row_key_.size()); ++r) {
-      if (row_used_[r]) fn(row_key_[r], RowPtr(r));
+      if (row_used_[r] && (since_step == INT64_MIN || row_updated_[r] > since_step)) {
+        fn(row_key_[r], RowPtr(r));
+      }
     }
   }
+
+  // The number of rows ForEach(since_step, ...) visits.
+  int64_t CountSince(int64_t since_step) const;
 
  private:
   static constexpr int64_t kChunkRows = 1024;
@@ -93,6 +104,7 @@ class HashTable {
   // Row storage in fixed-size chunks (no doubling of the whole payload on growth).
   std::vector<std::unique_ptr<float[]>> chunks_;
   std::vector<int64_t> row_key_, row_last_seen_, row_count_;
+  std::vector<int64_t> row_updated_;  // optimizer step of the last change; -1: never changed
   std::vector<bool> row_used_;
   std::vector<int64_t> free_rows_;
   // Occurrence counts of keys not admitted yet (min_count > 1).

@@ -136,6 +136,7 @@ class DynamicApplyOp : public OpKernel {
     const Tensor& keys_t = ctx->input(1);
     const Tensor& grads = ctx->input(2);
     const auto hv = ctx->input(3).flat<double>();
+    const int64_t step = ctx->input(4).scalar<int64_t>()();
     const std::string label = Label(name_);
     OP_REQUIRES(ctx, hv.size() >= 2, errors::InvalidArgument(label, ": bad hyper-parameters"));
     OptimizerHyper hyper;
@@ -178,6 +179,7 @@ class DynamicApplyOp : public OpKernel {
       if (row == nullptr) continue;
       for (int s = 0; s < table.num_slots(); ++s) slots[s] = row + (s + 1) * dim;
       ApplyRows(kind_, hyper, dim, &zero, summed.data() + i * dim, 0, 1, row, slots);
+      table.MarkUpdated(keys[i], step);
     }
   }
 
@@ -196,16 +198,18 @@ class DynamicExportOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     tensorflow::core::RefCountPtr<DynamicTableResource> t;
     OP_REQUIRES_OK(ctx, GetTable(ctx, &t));
+    const int64_t since = ctx->input(1).scalar<int64_t>()();
     tensorflow::tf_shared_lock lock(t->mu);
     HashTable& table = t->table;
     const int64_t width = with_slots_ ? table.stride() : table.config().dim;
+    const int64_t n = table.CountSince(since);
     Tensor *keys, *values;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({table.size()}), &keys));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({table.size(), width}), &values));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &keys));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n, width}), &values));
     int64_t i = 0;
     int64_t* k = keys->flat<int64_t>().data();
     float* v = values->flat<float>().data();
-    table.ForEach([&](int64_t key, const float* row) {
+    table.ForEach(since, [&](int64_t key, const float* row) {
       k[i] = key;
       std::copy(row, row + width, v + i * width);
       ++i;
@@ -227,6 +231,7 @@ class DynamicAssignOp : public OpKernel {
     OP_REQUIRES_OK(ctx, GetTable(ctx, &t));
     const Tensor& keys = ctx->input(1);
     const Tensor& values = ctx->input(2);
+    const int64_t step = ctx->input(3).scalar<int64_t>()();
     tensorflow::mutex_lock lock(t->mu);
     HashTable& table = t->table;
     const int64_t dim = table.config().dim;
@@ -244,7 +249,8 @@ class DynamicAssignOp : public OpKernel {
                                         " for ", keys.NumElements(), " keys of width ", width));
     const int64_t* k = keys.flat<int64_t>().data();
     const float* v = values.flat<float>().data();
-    for (int64_t i = 0; i < keys.NumElements(); ++i) table.Assign(k[i], v + i * width, with_slots_);
+    for (int64_t i = 0; i < keys.NumElements(); ++i)
+      table.Assign(k[i], v + i * width, with_slots_, step);
   }
 
  private:

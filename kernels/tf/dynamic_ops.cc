@@ -66,6 +66,7 @@ REGISTER_OP("SokLiteDynamicApply")
     .Input("keys: int64")
     .Input("grads: float")
     .Input("hyper: float64")
+    .Input("step: int64")
     .Attr("kind: string")
     .Attr("slot_init: list(float)")
     .Attr("table_name: string = ''")
@@ -74,29 +75,34 @@ REGISTER_OP("SokLiteDynamicApply")
     .Doc(R"doc(
 Applies an optimizer step (see SokLiteSparseApply) to the stored rows of `keys` and to their slots,
 which live in the table beside each row; slot_init gives the slots' initial values. Keys without a
-stored row (not admitted yet, or evicted) are skipped.
+stored row (not admitted yet, or evicted) are skipped. step: the optimizer step, recorded per row
+for incremental dumps.
 )doc");
 
 REGISTER_OP("SokLiteDynamicExport")
     .Input("table: resource")
+    .Input("since_step: int64")
     .Output("keys: int64")
     .Output("values: float")
     .Attr("with_slots: bool = false")
     .SetIsStateful()
     .SetShapeFn(ExportShape)
     .Doc(R"doc(
-Every stored key of this rank and its row ([dim], or [dim * (1 + slots)] with the slots).
+Every stored key of this rank and its row ([dim], or [dim * (1 + slots)] with the slots); with
+since_step > INT64_MIN only the rows an optimizer step or an assign changed after that step.
 )doc");
 
 REGISTER_OP("SokLiteDynamicAssign")
     .Input("table: resource")
     .Input("keys: int64")
     .Input("values: float")
+    .Input("step: int64")
     .Attr("with_slots: bool = false")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
     .Doc(R"doc(
 Stores rows for keys (replacing existing ones); values are [n, dim] or, with_slots, full rows.
+step: the optimizer step the rows count as changed at.
 )doc");
 
 REGISTER_OP("SokLiteDynamicSize")

@@ -25,26 +25,41 @@ def lookup(handle, keys, dim, table_name=""):
     return _ops().sok_lite_dynamic_lookup(table=handle, keys=keys, dim=dim, table_name=table_name)
 
 
-def apply(handle, keys, grads, hyper, kind, slot_init, table_name=""):
-    """One optimizer step on the stored rows of `keys` and their in-table slots."""
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def apply(handle, keys, grads, hyper, kind, slot_init, table_name="", step=INT64_MAX):
+    """One optimizer step on the stored rows of `keys` and their in-table slots; the rows count
+    as changed at optimizer step `step` (incremental dumps)."""
     return _ops().sok_lite_dynamic_apply(
         table=handle,
         keys=keys,
         grads=grads,
         hyper=hyper,
+        step=tf.cast(step, tf.int64),
         kind=kind,
         slot_init=slot_init,
         table_name=table_name,
     )
 
 
-def export(handle, with_slots=False):
-    return _ops().sok_lite_dynamic_export(table=handle, with_slots=with_slots)
+def export(handle, with_slots=False, since_step=None):
+    """(keys, rows) of this rank; since_step: only rows changed after that optimizer step."""
+    since = INT64_MIN if since_step is None else since_step
+    return _ops().sok_lite_dynamic_export(
+        table=handle, since_step=tf.constant(since, tf.int64), with_slots=with_slots
+    )
 
 
-def assign(handle, keys, values, with_slots=False):
+def assign(handle, keys, values, with_slots=False, step=INT64_MAX):
+    """Stores rows; they count as changed at optimizer step `step` (default: after any step, so
+    every later incremental dump includes them)."""
     return _ops().sok_lite_dynamic_assign(
-        table=handle, keys=keys, values=values, with_slots=with_slots
+        table=handle,
+        keys=keys,
+        values=values,
+        step=tf.cast(step, tf.int64),
+        with_slots=with_slots,
     )
 
 
