@@ -1,9 +1,11 @@
 """Communicator backends and the process-wide choice among them (sok_lite.init)."""
 
+import tensorflow as tf
+
 from sok_lite.comm.base import Communicator
 from sok_lite.comm.local import LocalCommunicator
 
-_BACKENDS = ("auto", "horovod", "local")
+_BACKENDS = ("auto", "horovod", "strategy", "local")
 _current: Communicator | None = None
 
 
@@ -13,9 +15,10 @@ def init(comm: str = "auto") -> Communicator:
     Call it before creating sok_lite variables: their shards follow the rank and size chosen here.
 
     Args:
-      comm: "auto", "horovod" or "local". "auto" picks Horovod when horovod.tensorflow is
-        initialized (hvd.init() has run), else the local single-process backend. "horovod" calls
-        hvd.init() if needed.
+      comm: "auto", "horovod", "strategy" or "local". "auto" picks Horovod when
+        horovod.tensorflow is initialized (hvd.init() has run), else the tf.distribute strategy
+        in scope (MultiWorkerMirroredStrategy, one replica per worker), else the local
+        single-process backend. "horovod" calls hvd.init() if needed.
 
     Returns:
       The active Communicator.
@@ -30,8 +33,17 @@ def init(comm: str = "auto") -> Communicator:
     if comm == "auto":
         from sok_lite.comm.horovod import horovod_is_initialized
 
-        comm = "horovod" if horovod_is_initialized() else "local"
-    if comm == "horovod":
+        if horovod_is_initialized():
+            comm = "horovod"
+        elif tf.distribute.has_strategy():
+            comm = "strategy"
+        else:
+            comm = "local"
+    if comm == "strategy":
+        from sok_lite.comm.strategy import StrategyCommunicator
+
+        _current = StrategyCommunicator(tf.distribute.get_strategy())
+    elif comm == "horovod":
         from sok_lite.comm.horovod import HorovodCommunicator
 
         _current = HorovodCommunicator()
