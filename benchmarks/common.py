@@ -28,6 +28,18 @@ def time_steps(fns, warmup=5, iters=30):
     return [float(np.median(t)) for t in times]
 
 
+def cycling(step, inputs):
+    """A no-argument callable that runs step(*inputs[i]) with i = 0, 1, 2, ... modulo len."""
+    state = {"i": 0}
+
+    def call():
+        args = inputs[state["i"] % len(inputs)]
+        state["i"] += 1
+        return step(*args)
+
+    return call
+
+
 def report(title, ours_ms, peer_ms, peer_name):
     print(f"{title}")
     print(f"  {peer_name:<40s} {peer_ms:8.2f} ms/step")

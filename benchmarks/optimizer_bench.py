@@ -12,7 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from common import report, time_steps  # noqa: E402
+from common import cycling, report, time_steps  # noqa: E402
 
 import sok_lite as sok  # noqa: E402
 
@@ -35,16 +35,9 @@ def our_step_fn(rows, dim, touched):
     def step(idx, values):
         with sok.OptimizerScope([table]):
             opt.apply_gradients([(tf.IndexedSlices(values, idx, [rows, dim]), table)])
+        return opt.iterations
 
-    state = {"i": 0}
-
-    def run():
-        g = grads[state["i"] % len(grads)]
-        state["i"] += 1
-        step(*g)
-        return opt.iterations.numpy()
-
-    return run
+    return cycling(step, grads)
 
 
 def keras_step_fn(rows, dim, touched):
@@ -55,16 +48,9 @@ def keras_step_fn(rows, dim, touched):
     @tf.function
     def step(idx, values):
         opt.apply_gradients([(tf.IndexedSlices(values, idx, [rows, dim]), var)])
+        return opt.iterations
 
-    state = {"i": 0}
-
-    def run():
-        g = grads[state["i"] % len(grads)]
-        state["i"] += 1
-        step(*g)
-        return opt.iterations.numpy()
-
-    return run
+    return cycling(step, grads)
 
 
 def main():

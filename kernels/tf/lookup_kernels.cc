@@ -62,6 +62,18 @@ bool ReadSegments(OpKernelContext* ctx, int n_tables, int t, int64_t num_unique,
   return true;
 }
 
+// Parses the "combiners" attribute.
+absl::Status ReadCombiners(OpKernelConstruction* ctx, std::vector<Combiner>* combiners) {
+  std::vector<std::string> names;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("combiners", &names));
+  for (const auto& name : names) {
+    Combiner c;
+    if (!ParseCombiner(name, &c)) return errors::InvalidArgument("unknown combiner '", name, "'");
+    combiners->push_back(c);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 class RowSplitsFromRowIdsOp : public OpKernel {
@@ -201,14 +213,7 @@ template <typename T>
 class SegmentCombineOp : public OpKernel {
  public:
   explicit SegmentCombineOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::vector<std::string> names;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("combiners", &names));
-    for (const auto& name : names) {
-      Combiner c;
-      OP_REQUIRES(ctx, ParseCombiner(name, &c),
-                  errors::InvalidArgument("unknown combiner '", name, "'"));
-      combiners_.push_back(c);
-    }
+    OP_REQUIRES_OK(ctx, ReadCombiners(ctx, &combiners_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -241,14 +246,7 @@ template <typename T>
 class SegmentCombineGradOp : public OpKernel {
  public:
   explicit SegmentCombineGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::vector<std::string> names;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("combiners", &names));
-    for (const auto& name : names) {
-      Combiner c;
-      OP_REQUIRES(ctx, ParseCombiner(name, &c),
-                  errors::InvalidArgument("unknown combiner '", name, "'"));
-      combiners_.push_back(c);
-    }
+    OP_REQUIRES_OK(ctx, ReadCombiners(ctx, &combiners_));
   }
 
   void Compute(OpKernelContext* ctx) override {
