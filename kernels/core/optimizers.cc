@@ -23,6 +23,24 @@ bool ParseOptimizerKind(const std::string& name, OptimizerKind* kind) {
   return false;
 }
 
+int NumParams(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return 0;
+    case OptimizerKind::kMomentum:
+    case OptimizerKind::kNesterov:
+    case OptimizerKind::kAdagrad:
+      return 1;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAmsgrad:
+    case OptimizerKind::kRmsprop:
+      return 4;
+    case OptimizerKind::kFtrl:
+      return 5;
+  }
+  return 0;
+}
+
 int NumSlots(OptimizerKind kind, const std::vector<double>& p) {
   switch (kind) {
     case OptimizerKind::kSgd:

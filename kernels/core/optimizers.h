@@ -24,6 +24,9 @@ enum class OptimizerKind {
 // Parses "sgd", "momentum", "nesterov", "adam", "amsgrad", "adagrad", "rmsprop", "ftrl".
 bool ParseOptimizerKind(const std::string& name, OptimizerKind* kind);
 
+// The number of parameters `kind` reads from OptimizerHyper::p.
+int NumParams(OptimizerKind kind);
+
 // The number of slots `kind` needs given its hyper-parameters p (rmsprop depends on them).
 int NumSlots(OptimizerKind kind, const std::vector<double>& p);
 

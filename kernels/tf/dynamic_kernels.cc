@@ -7,6 +7,7 @@
 #include "kernels/core/unique.h"
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/dynamic_table.h"
+#include "kernels/tf/input_checks.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 
@@ -49,6 +50,8 @@ class DynamicTableOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("capacity", &config_.capacity));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("policy", &policy));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("min_count", &config_.min_count));
+    OP_REQUIRES(ctx, config_.dim <= (int64_t{1} << 20),
+                errors::InvalidArgument("row width ", config_.dim, " is out of range"));
     OP_REQUIRES(ctx, ParseInitKind(kind, &config_.init.kind),
                 errors::InvalidArgument("unknown initializer kind '", kind, "'"));
     config_.init.seed = static_cast<uint64_t>(seed);
@@ -82,6 +85,7 @@ class DynamicLookupOp : public OpKernel {
  public:
   explicit DynamicLookupOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -99,8 +103,15 @@ class DynamicLookupOp : public OpKernel {
     };
     tensorflow::mutex_lock lock(t->mu);
     const int64_t dim = t->table.config().dim;
+    OP_REQUIRES(ctx, dim == dim_,
+                errors::InvalidArgument(Label(name_), ": rows have ", dim,
+                                        " columns, the lookup "
+                                        "expects ",
+                                        dim_));
+    TensorShape shape;
+    OP_REQUIRES_OK(ctx, SafeShape({n, dim}, &shape));
     Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim}), &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &out));
     float* dst = out->flat<float>().data();
     if (u == n) {  // distinct already (lookup_sparse passes unique keys): rows in input order
       const std::string problem = t->table.Lookup(unique.data(), u, dst, run);
@@ -117,6 +128,7 @@ class DynamicLookupOp : public OpKernel {
 
  private:
   std::string name_;
+  int64_t dim_ = 0;
 };
 
 class DynamicApplyOp : public OpKernel {
@@ -136,7 +148,8 @@ class DynamicApplyOp : public OpKernel {
     const Tensor& keys_t = ctx->input(1);
     const Tensor& grads = ctx->input(2);
     const auto hv = ctx->input(3).flat<double>();
-    const int64_t step = ctx->input(4).scalar<int64_t>()();
+    int64_t step = 0;
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, 4, &step));
     const std::string label = Label(name_);
     OP_REQUIRES(ctx, hv.size() >= 2, errors::InvalidArgument(label, ": bad hyper-parameters"));
     OptimizerHyper hyper;
@@ -198,7 +211,8 @@ class DynamicExportOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     tensorflow::core::RefCountPtr<DynamicTableResource> t;
     OP_REQUIRES_OK(ctx, GetTable(ctx, &t));
-    const int64_t since = ctx->input(1).scalar<int64_t>()();
+    int64_t since = 0;
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, 1, &since));
     tensorflow::tf_shared_lock lock(t->mu);
     HashTable& table = t->table;
     const int64_t width = with_slots_ ? table.stride() : table.config().dim;
@@ -231,7 +245,8 @@ class DynamicAssignOp : public OpKernel {
     OP_REQUIRES_OK(ctx, GetTable(ctx, &t));
     const Tensor& keys = ctx->input(1);
     const Tensor& values = ctx->input(2);
-    const int64_t step = ctx->input(3).scalar<int64_t>()();
+    int64_t step = 0;
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, 3, &step));
     tensorflow::mutex_lock lock(t->mu);
     HashTable& table = t->table;
     const int64_t dim = table.config().dim;
@@ -276,7 +291,8 @@ class DynamicEvictOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     tensorflow::core::RefCountPtr<DynamicTableResource> t;
     OP_REQUIRES_OK(ctx, GetTable(ctx, &t));
-    const int64_t steps = ctx->input(1).scalar<int64_t>()();
+    int64_t steps = 0;
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, 1, &steps));
     OP_REQUIRES(ctx, steps >= 1, errors::InvalidArgument("steps_unseen must be >= 1"));
     tensorflow::mutex_lock lock(t->mu);
     Tensor* out = nullptr;

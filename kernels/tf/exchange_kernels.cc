@@ -9,6 +9,7 @@
 #include "kernels/core/unique.h"
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/dynamic_table.h"
+#include "kernels/tf/input_checks.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -59,6 +60,9 @@ class PartitionByOwnerOp : public OpKernel {
     }
     OP_REQUIRES(ctx, total < (int64_t{1} << 31),
                 errors::InvalidArgument("more than 2^31 unique ids in one lookup"));
+    OP_REQUIRES(
+        ctx, num_ranks_ <= (int64_t{1} << 20) && num_tables <= (int64_t{1} << 20),
+        errors::InvalidArgument("too many ranks or tables: ", num_ranks_, " x ", num_tables));
     Tensor *message, *splits, *counts, *send_pos;
     OP_REQUIRES_OK(
         ctx, ctx->allocate_output(0, TensorShape({num_ranks_ * num_tables + total}), &message));
@@ -107,8 +111,7 @@ class GatherForPeersOp : public OpKernel {
 
     std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>> vars(num_tables);
     const std::vector<int64_t>& dims = dims_;
-    OP_REQUIRES(ctx, static_cast<int>(dims.size()) == num_tables,
-                errors::InvalidArgument("dims needs one entry per table"));
+    OP_REQUIRES_OK(ctx, CheckDims(dims, num_tables));
     OP_REQUIRES(ctx, static_cast<int>(dynamic_.size()) == num_tables,
                 errors::InvalidArgument("dynamic needs one entry per table"));
     for (int t = 0; t < num_tables; ++t) {
@@ -215,6 +218,10 @@ bool CheckLayout(OpKernelContext* ctx, const Tensor& counts, const Tensor& send_
                  const std::vector<int64_t>& dims, std::vector<int64_t>* num_unique,
                  std::vector<int64_t>* offsets) {
   const int64_t num_tables = dims.size();
+  if (num_tables == 0) {
+    ctx->CtxFailure(errors::InvalidArgument("dims must name at least one table"));
+    return false;
+  }
   if (counts.NumElements() % num_tables != 0) {
     ctx->CtxFailure(errors::InvalidArgument("counts size is not a multiple of the table count"));
     return false;
@@ -225,8 +232,8 @@ bool CheckLayout(OpKernelContext* ctx, const Tensor& counts, const Tensor& send_
   num_unique->assign(num_tables, 0);
   int64_t total = 0;
   for (int64_t s = 0; s < num_ranks * num_tables; ++s) {
-    if (count[s] < 0) {
-      ctx->CtxFailure(errors::InvalidArgument("negative count"));
+    if (count[s] < 0 || count[s] > (int64_t{1} << 40)) {
+      ctx->CtxFailure(errors::InvalidArgument("count ", count[s], " is out of range"));
       return false;
     }
     (*num_unique)[s % num_tables] += count[s];
@@ -262,6 +269,7 @@ class UnpackRowsOp : public OpKernel {
     const Tensor& vectors = ctx->input(0);
     const Tensor& counts = ctx->input(1);
     const Tensor& send_pos = ctx->input(2);
+    OP_REQUIRES_OK(ctx, CheckDims(dims_, num_outputs()));
     std::vector<int64_t> num_unique, offsets;
     if (!CheckLayout(ctx, counts, send_pos, dims_, &num_unique, &offsets)) return;
     OP_REQUIRES(ctx, vectors.NumElements() == offsets.back(),
@@ -270,8 +278,10 @@ class UnpackRowsOp : public OpKernel {
     const int64_t num_tables = dims_.size();
     std::vector<T*> rows(num_tables);
     for (int64_t t = 0; t < num_tables; ++t) {
+      TensorShape shape;
+      OP_REQUIRES_OK(ctx, SafeShape({num_unique[t], dims_[t]}, &shape));
       Tensor* out;
-      OP_REQUIRES_OK(ctx, ctx->allocate_output(t, TensorShape({num_unique[t], dims_[t]}), &out));
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(t, shape, &out));
       rows[t] = out->flat<T>().data();
       std::fill(rows[t], rows[t] + out->NumElements(), T(0));
     }
@@ -339,6 +349,8 @@ class ReduceForOwnerOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& grads = ctx->input(0);
+    OP_REQUIRES_OK(ctx, CheckDims(dims_, num_outputs() / 2));
+    OP_REQUIRES(ctx, !dims_.empty(), errors::InvalidArgument("dims must name a table"));
     const int64_t num_tables = dims_.size();
     const int64_t num_ranks = ctx->input(2).NumElements();
     ParsedIds parsed;

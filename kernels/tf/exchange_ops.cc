@@ -11,16 +11,19 @@ using ::tensorflow::shape_inference::ShapeHandle;
 
 namespace {
 
-int32_t Attr(InferenceContext* c, const char* name) {
-  int32_t v = 0;
-  TF_CHECK_OK(c->GetAttr(name, &v));
+int64_t Attr(InferenceContext* c, const char* name) {
+  int64_t v = 0;
+  if (!c->GetAttr(name, &v).ok()) return -1;
   return v;
 }
 
 Status PartitionByOwnerShape(InferenceContext* c) {
-  const int32_t n = Attr(c, "N");
-  const int32_t ranks = Attr(c, "num_ranks");
-  for (int32_t t = 0; t < n; ++t) {
+  const int64_t n = Attr(c, "N");
+  const int64_t ranks = Attr(c, "num_ranks");
+  if (n < 1 || ranks < 1 || ranks > (int64_t{1} << 20)) {
+    return ::tensorflow::errors::InvalidArgument("bad N or num_ranks");
+  }
+  for (int64_t t = 0; t < n; ++t) {
     ShapeHandle unused;
     TF_RETURN_IF_ERROR(c->WithRank(c->input(t), 1, &unused));
   }
@@ -32,7 +35,7 @@ Status PartitionByOwnerShape(InferenceContext* c) {
 }
 
 Status GatherForPeersShape(InferenceContext* c) {
-  const int32_t n = Attr(c, "N");
+  const int64_t n = Attr(c, "N");
   ShapeHandle unused;
   TF_RETURN_IF_ERROR(c->WithRank(c->input(n), 1, &unused));
   TF_RETURN_IF_ERROR(c->WithRank(c->input(n + 1), 1, &unused));

@@ -1,6 +1,7 @@
 // The row initializer op: deterministic initial rows from (seed, row id), see core/row_init.h.
 #include "kernels/core/row_init.h"
 #include "kernels/tf/cpu_parallel.h"
+#include "kernels/tf/input_checks.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -68,8 +69,10 @@ class InitRowsOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& ids = ctx->input(0);
     const int64_t n = ids.NumElements();
+    TensorShape shape;
+    OP_REQUIRES_OK(ctx, SafeShape({n, dim_}, &shape));
     Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim_}), &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &out));
     const int64_t* id = ids.flat<int64_t>().data();
     T* dst = out->flat<T>().data();
     ParallelFor(ctx, n, 40 * dim_ + 1,

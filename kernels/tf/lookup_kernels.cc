@@ -7,6 +7,7 @@
 #include "kernels/core/unique.h"
 #include "kernels/core/validate.h"
 #include "kernels/tf/cpu_parallel.h"
+#include "kernels/tf/input_checks.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -84,8 +85,10 @@ class RowSplitsFromRowIdsOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& row_ids = ctx->input(0);
-    const int64_t nrows = ctx->input(1).scalar<int64_t>()();
-    OP_REQUIRES(ctx, nrows >= 0, errors::InvalidArgument(name_, ": negative batch size ", nrows));
+    int64_t nrows = 0;
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, 1, &nrows));
+    OP_REQUIRES(ctx, nrows >= 0 && nrows < (int64_t{1} << 48),
+                errors::InvalidArgument(name_, ": batch size ", nrows, " is out of range"));
     Tensor* splits = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({nrows + 1}), &splits));
     const std::string problem =
@@ -222,6 +225,7 @@ class SegmentCombineOp : public OpKernel {
                 errors::InvalidArgument("combiners need one entry per table"));
     for (int t = 0; t < n_tables; ++t) {
       const Tensor& rows = ctx->input(t);
+      OP_REQUIRES_OK(ctx, RankInput(ctx, t, 2));
       Segments seg;
       if (!ReadSegments(ctx, n_tables, t, rows.dim_size(0), &seg)) return;
       const int64_t dim = rows.dim_size(1);
@@ -255,9 +259,12 @@ class SegmentCombineGradOp : public OpKernel {
                 errors::InvalidArgument("combiners need one entry per table"));
     for (int t = 0; t < n_tables; ++t) {
       const Tensor& grads = ctx->input(t);
-      const int64_t num_unique = ctx->input(4 * n_tables + t).scalar<int64_t>()();
-      OP_REQUIRES(ctx, num_unique >= 0,
-                  errors::InvalidArgument(TableLabel({}, t), ": negative num_unique"));
+      OP_REQUIRES_OK(ctx, RankInput(ctx, t, 2));
+      int64_t num_unique = 0;
+      OP_REQUIRES_OK(ctx, ScalarInput(ctx, 4 * n_tables + t, &num_unique));
+      OP_REQUIRES(ctx, num_unique >= 0 && num_unique <= (int64_t{1} << 31),
+                  errors::InvalidArgument(TableLabel({}, t), ": num_unique ", num_unique,
+                                          " is out of range"));
       Segments seg;
       if (!ReadSegments(ctx, n_tables, t, num_unique, &seg)) return;
       OP_REQUIRES(ctx, grads.dim_size(0) == seg.batch,
@@ -267,8 +274,10 @@ class SegmentCombineGradOp : public OpKernel {
       const T* weights = static_cast<const T*>(seg.weights);
       std::vector<T> scale(seg.batch);
       SampleScales(seg.row_splits, weights, combiners_[t], 0, seg.batch, scale.data());
+      TensorShape out_shape;
+      OP_REQUIRES_OK(ctx, SafeShape({num_unique, dim}, &out_shape));
       Tensor* out = nullptr;
-      OP_REQUIRES_OK(ctx, ctx->allocate_output(t, TensorShape({num_unique, dim}), &out));
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(t, out_shape, &out));
       if (num_unique == 0 || dim == 0) continue;
       // Blocks of (unique rows x 16-column slices): each task owns one block, so the scatter-add
       // needs no atomics and no sort. Column slices first (perfect balance), then row ranges

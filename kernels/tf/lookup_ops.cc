@@ -16,8 +16,7 @@ namespace {
 
 int32_t NumTables(InferenceContext* c) {
   int32_t n = 0;
-  TF_CHECK_OK(c->GetAttr("N", &n));
-  return n;
+  return c->GetAttr("N", &n).ok() ? n : 0;
 }
 
 // Batch size of a ragged feature: its row_splits have batch + 1 entries.
