@@ -3,6 +3,7 @@
 from sok_lite import keras, optimizers
 from sok_lite.checkpoint import CheckpointError, dump, load
 from sok_lite.comm import init, num_ranks, rank
+from sok_lite.compat import All2AllDenseEmbedding, DistributedEmbedding, Init
 from sok_lite.dynamic import DynamicVariable
 from sok_lite.lookup import lookup_sparse
 from sok_lite.optimizer import (
@@ -35,5 +36,8 @@ __all__ = [
     "export_saved_model",
     "optimizers",
     "keras",
+    "Init",
+    "All2AllDenseEmbedding",
+    "DistributedEmbedding",
     "__version__",
 ]
