@@ -32,6 +32,7 @@ $(BUILD_STAMP): $(DEPS_STAMP) $(KERNEL_SOURCES) CMakeLists.txt setup.py
 
 demo: setup
 	$(PY) examples/quickstart.py
+	horovodrun -np 2 -H localhost:2 --gloo $(PY) examples/dlrm/train.py
 
 test: setup
 	$(PY) -m pytest -q --doctest-modules sok_lite tests

@@ -245,6 +245,7 @@ class OptimizerWrapper:
         return self._optimizer
 
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        kwargs.pop("experimental_aggregate_gradients", None)  # SOK-era argument: no meaning here
         keras_apply = type(self._optimizer).apply_gradients
         return apply_gradients(
             self._optimizer,

@@ -104,3 +104,15 @@ def test_layers_round_trip_their_config_and_work_in_functional_models():
     model = keras.Model(ids, keras.layers.Dense(1)(keras.layers.Flatten()(vectors)))
     assert model(np.zeros([4, 3, 2], np.int64)).shape == (4, 1)
     assert dense.embedding_variable in sok.filter_variables(model.trainable_variables)[0]
+
+
+def test_sok2_style_init_and_apply_arguments_are_accepted():
+    assert sok.init(comm_tool="local", use_legacy_optimizer=False).num_ranks == 1
+    table = sok.Variable(np.ones([3, 2]), dtype=tf.float32)
+    grad = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([1], tf.int64))
+    opt = sok.optimizers.SGD(1.0)
+    opt.apply_gradients([(grad, table)], experimental_aggregate_gradients=False)
+    np.testing.assert_array_equal(table.numpy()[1], [0.0, 0.0])
+    wrapper = sok.OptimizerWrapper(keras.optimizers.SGD(1.0))
+    wrapper.apply_gradients([(grad, table)], experimental_aggregate_gradients=False)
+    np.testing.assert_array_equal(table.numpy()[1], [-1.0, -1.0])

@@ -9,7 +9,7 @@ _BACKENDS = ("auto", "horovod", "strategy", "local")
 _current: Communicator | None = None
 
 
-def init(comm: str = "auto") -> Communicator:
+def init(comm: str = "auto", *, comm_tool: str | None = None, **sok_options) -> Communicator:
     """Chooses the communicator of this process and returns it.
 
     Call it before creating sok_lite variables: their shards follow the rank and size chosen here.
@@ -20,6 +20,9 @@ def init(comm: str = "auto") -> Communicator:
         in scope (MultiWorkerMirroredStrategy, one replica per worker), else the local
         single-process backend. "horovod" calls hvd.init() if needed.
 
+      comm_tool: SOK 2.x's name for `comm` ("horovod"); other SOK 2.x options
+        (use_legacy_optimizer, ...) are accepted and ignored.
+
     Returns:
       The active Communicator.
 
@@ -28,6 +31,8 @@ def init(comm: str = "auto") -> Communicator:
       ImportError: "horovod" without Horovod installed.
     """
     global _current
+    if comm_tool is not None:
+        comm = comm_tool
     if comm not in _BACKENDS:
         raise ValueError(f"unknown communicator {comm!r}; expected one of {_BACKENDS}")
     if comm == "auto":

@@ -82,7 +82,8 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
         self._table_slots = store
         super().build(variables)
 
-    def apply_gradients(self, grads_and_vars):
+    def apply_gradients(self, grads_and_vars, experimental_aggregate_gradients=None):
+        # experimental_aggregate_gradients: accepted for code written against SOK; ignored.
         pairs = list(grads_and_vars)
         if not self.built:
             self.build([v for _, v in pairs])
