@@ -1,0 +1,52 @@
+// out[i, :] = table[indices[i], :]: the read side of the lookup and of the exchange buffers.
+#include "kernels/cuda/launch_config.cuh"
+#include "kernels/cuda/sok_lite_cuda.h"
+#include "kernels/cuda/vec.cuh"
+
+namespace sok_lite {
+namespace cuda {
+namespace {
+
+template <int W>
+__global__ void GatherRowsKernel(const float* __restrict__ table, int64_t dim,
+                                 const int64_t* __restrict__ indices, int64_t n, int group,
+                                 float* __restrict__ out) {
+  const int64_t vectors = dim / W;
+  const int64_t total = n * group;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += stride) {
+    const int64_t i = t / group;
+    const float* src = table + indices[i] * dim;
+    for (int64_t c = t % group; c < vectors; c += group) {
+      Store<W>(out + i * dim + c * W, Load<W>(src + c * W));
+    }
+  }
+}
+
+template <int W>
+cudaError_t Launch(const float* table, int64_t dim, const int64_t* indices, int64_t n, float* out,
+                   cudaStream_t stream) {
+  const int group = ThreadsPerRow(dim / W);
+  int grid = 0;
+  cudaError_t err = GridFor(GatherRowsKernel<W>, n * group, &grid);
+  if (err != cudaSuccess) return err;
+  GatherRowsKernel<W><<<grid, kBlockThreads, 0, stream>>>(table, dim, indices, n, group, out);
+  return cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace sok_lite
+
+extern "C" cudaError_t sok_lite_cuda_gather_rows(const float* table, int64_t dim,
+                                                 const int64_t* indices, int64_t n, float* out,
+                                                 cudaStream_t stream) {
+  if (dim <= 0 || n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (!table || !indices || !out) return cudaErrorInvalidValue;
+  if (sok_lite::cuda::CanUseFloat4(dim, {table, out})) {
+    return sok_lite::cuda::Launch<4>(table, dim, indices, n, out, stream);
+  }
+  return sok_lite::cuda::Launch<1>(table, dim, indices, n, out, stream);
+}

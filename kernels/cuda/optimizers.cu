@@ -1,0 +1,205 @@
+// Row-wise optimizer updates (kernels/core/optimizers.cc on the GPU). Each thread owns W
+// consecutive columns of one updated row: it loads the row's variable and slots, applies the
+// same float formulas in the same order as the CPU code, and stores them back. Per-call
+// constants (Adam's alpha, FTRL's l2) are computed on the host exactly as the CPU code does.
+// Build with -fmad=false to keep nvcc from fusing a * b + c, which the CPU build does not do.
+#include <cmath>
+
+#include "kernels/cuda/launch_config.cuh"
+#include "kernels/cuda/sok_lite_cuda.h"
+#include "kernels/cuda/vec.cuh"
+
+namespace sok_lite {
+namespace cuda {
+namespace {
+
+struct Hyper {
+  float lr, wd;
+  float p[5];
+  float alpha, one_minus_b1, one_minus_b2;  // adam / amsgrad
+  float ftrl_l2;                            // l2 + beta / (2 lr)
+};
+
+// Fixed slot positions per kind; rmsprop's optional slots go to 1 (momentum), 2 (average_grad)
+// and stay null when off.
+struct Slots {
+  float* s[3];
+};
+
+template <int K>
+__device__ __forceinline__ void Update(const Hyper& h, float g, float& w, float& s0, float& s1,
+                                       float& s2, bool has_s1, bool has_s2) {
+  const float lr = h.lr;
+  if constexpr (K == SOK_LITE_CUDA_SGD) {
+    w -= g * lr;
+  } else if constexpr (K == SOK_LITE_CUDA_MOMENTUM || K == SOK_LITE_CUDA_NESTEROV) {
+    const float mu = h.p[0];
+    s0 = s0 * mu - g * lr;
+    w += K == SOK_LITE_CUDA_NESTEROV ? s0 * mu - g * lr : s0;
+  } else if constexpr (K == SOK_LITE_CUDA_ADAM || K == SOK_LITE_CUDA_AMSGRAD) {
+    s0 += (g - s0) * h.one_minus_b1;
+    s1 += (g * g - s1) * h.one_minus_b2;
+    float denom_v = s1;
+    if constexpr (K == SOK_LITE_CUDA_AMSGRAD) denom_v = s2 = s2 < s1 ? s1 : s2;  // std::max
+    w -= (s0 * h.alpha) / (sqrtf(denom_v) + h.p[2]);
+  } else if constexpr (K == SOK_LITE_CUDA_ADAGRAD) {
+    s0 += g * g;
+    w -= (lr * g) / sqrtf(s0 + h.p[0]);
+  } else if constexpr (K == SOK_LITE_CUDA_RMSPROP) {
+    const float rho = h.p[0], mu = h.p[1], eps = h.p[2];
+    s0 = rho * s0 + (1.0f - rho) * (g * g);
+    float denom = s0 + eps;
+    if (has_s2) {
+      s2 = rho * s2 + (1.0f - rho) * g;
+      denom = s0 - s2 * s2 + eps;
+    }
+    const float inc = (lr * g) / sqrtf(denom);
+    if (has_s1) {
+      s1 = mu * s1 + inc;
+      w -= s1;
+    } else {
+      w -= inc;
+    }
+  } else if constexpr (K == SOK_LITE_CUDA_FTRL) {
+    const float lr_power = h.p[0], l1 = h.p[1], shrink = h.p[4];
+    const float grad_to_use = g + 2.0f * shrink * w;
+    const float new_accum = s0 + g * g;
+    const float new_pow = powf(new_accum, -lr_power);
+    s1 += grad_to_use - (new_pow - powf(s0, -lr_power)) / lr * w;
+    const float quadratic = new_pow / lr + 2.0f * h.ftrl_l2;
+    const float lo = s1 < -l1 ? -l1 : s1;      // std::max(linear, -l1)
+    const float clipped = l1 < lo ? l1 : lo;  // std::min(..., l1)
+    w = (clipped - s1) / quadratic;
+    s0 = new_accum;
+  }
+}
+
+template <int K, int W>
+__global__ void ApplyRowsKernel(Hyper h, int64_t dim, const int64_t* __restrict__ rows,
+                                const float* __restrict__ grads, int64_t n, float* var,
+                                Slots slots) {
+  const int64_t vectors = dim / W;
+  const int64_t total = n * vectors;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const bool has[3] = {slots.s[0] != nullptr, slots.s[1] != nullptr, slots.s[2] != nullptr};
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += stride) {
+    const int64_t i = t / vectors;
+    const int64_t col = (t % vectors) * W;
+    const int64_t off = rows[i] * dim + col;
+    const Vec<W> g = Load<W>(grads + i * dim + col);
+    Vec<W> w = Load<W>(var + off);
+    Vec<W> s[3];
+#pragma unroll
+    for (int j = 0; j < 3; ++j) s[j] = has[j] ? Load<W>(slots.s[j] + off) : Zeros<W>();
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      if (h.wd != 0.0f) w.v[e] = w.v[e] - w.v[e] * h.wd * h.lr;
+      Update<K>(h, g.v[e], w.v[e], s[0].v[e], s[1].v[e], s[2].v[e], has[1], has[2]);
+    }
+    Store<W>(var + off, w);
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {
+      if (has[j]) Store<W>(slots.s[j] + off, s[j]);
+    }
+  }
+}
+
+template <int K, int W>
+cudaError_t Launch(const Hyper& h, int64_t dim, const int64_t* rows, const float* grads,
+                   int64_t n, float* var, const Slots& slots, cudaStream_t stream) {
+  int grid = 0;
+  cudaError_t err = GridFor(ApplyRowsKernel<K, W>, n * (dim / W), &grid);
+  if (err != cudaSuccess) return err;
+  ApplyRowsKernel<K, W><<<grid, kBlockThreads, 0, stream>>>(h, dim, rows, grads, n, var, slots);
+  return cudaGetLastError();
+}
+
+template <int K>
+cudaError_t LaunchKind(const Hyper& h, int64_t dim, const int64_t* rows, const float* grads,
+                       int64_t n, float* var, const Slots& slots, cudaStream_t stream) {
+  if (CanUseFloat4(dim, {grads, var, slots.s[0], slots.s[1], slots.s[2]})) {
+    return Launch<K, 4>(h, dim, rows, grads, n, var, slots, stream);
+  }
+  return Launch<K, 1>(h, dim, rows, grads, n, var, slots, stream);
+}
+
+// As core NumParams / NumSlots; -1 for an unknown kind.
+int NumParams(int kind) {
+  static const int kParams[] = {0, 1, 1, 4, 4, 1, 4, 5};
+  return kind >= 0 && kind < 8 ? kParams[kind] : -1;
+}
+
+int NumSlots(int kind, const double* p) {
+  static const int kSlots[] = {0, 1, 1, 2, 3, 1, -1, 2};
+  if (kind == SOK_LITE_CUDA_RMSPROP) return 1 + (p[1] > 0) + (p[3] != 0);
+  return kind >= 0 && kind < 8 ? kSlots[kind] : -1;
+}
+
+Hyper MakeHyper(int kind, double learning_rate, double weight_decay, const double* params,
+                int num_params) {
+  Hyper h = {};
+  h.lr = static_cast<float>(learning_rate);
+  h.wd = static_cast<float>(weight_decay);
+  for (int i = 0; i < num_params && i < 5; ++i) h.p[i] = static_cast<float>(params[i]);
+  if (kind == SOK_LITE_CUDA_ADAM || kind == SOK_LITE_CUDA_AMSGRAD) {
+    // Same float expression as core ApplyRows, so alpha is bit-identical.
+    const float step = h.p[3];
+    h.alpha = h.lr * std::sqrt(1.0f - std::pow(h.p[1], step)) / (1.0f - std::pow(h.p[0], step));
+    h.one_minus_b1 = 1.0f - h.p[0];
+    h.one_minus_b2 = 1.0f - h.p[1];
+  }
+  if (kind == SOK_LITE_CUDA_FTRL) h.ftrl_l2 = h.p[2] + h.p[3] / (2.0f * h.lr);
+  return h;
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace sok_lite
+
+extern "C" cudaError_t sok_lite_cuda_apply_rows(int kind, double learning_rate,
+                                                double weight_decay, const double* params,
+                                                int num_params, int64_t dim, const int64_t* rows,
+                                                const float* grads, int64_t n, float* var,
+                                                float* const* slots, int num_slots,
+                                                cudaStream_t stream) {
+  using namespace sok_lite::cuda;
+  const int needed = NumParams(kind);
+  if (needed < 0 || num_params < needed || (needed > 0 && !params)) return cudaErrorInvalidValue;
+  if (num_slots != NumSlots(kind, params) || (num_slots > 0 && !slots))
+    return cudaErrorInvalidValue;
+  if (dim <= 0 || n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (!rows || !grads || !var) return cudaErrorInvalidValue;
+  Slots s = {{nullptr, nullptr, nullptr}};
+  for (int j = 0; j < num_slots; ++j) {
+    if (!slots[j]) return cudaErrorInvalidValue;
+    s.s[j] = slots[j];
+  }
+  if (kind == SOK_LITE_CUDA_RMSPROP) {
+    // Caller order: velocity [, momentum][, average_grad]; kernel positions are fixed.
+    const bool momentum = params[1] > 0, centered = params[3] != 0;
+    s = {{slots[0], momentum ? slots[1] : nullptr,
+          centered ? slots[momentum ? 2 : 1] : nullptr}};
+  }
+  const Hyper h = MakeHyper(kind, learning_rate, weight_decay, params, num_params);
+  switch (kind) {
+    case SOK_LITE_CUDA_SGD:
+      return LaunchKind<SOK_LITE_CUDA_SGD>(h, dim, rows, grads, n, var, s, stream);
+    case SOK_LITE_CUDA_MOMENTUM:
+      return LaunchKind<SOK_LITE_CUDA_MOMENTUM>(h, dim, rows, grads, n, var, s, stream);
+    case SOK_LITE_CUDA_NESTEROV:
+      return LaunchKind<SOK_LITE_CUDA_NESTEROV>(h, dim, rows, grads, n, var, s, stream);
+    case SOK_LITE_CUDA_ADAM:
+      return LaunchKind<SOK_LITE_CUDA_ADAM>(h, dim, rows, grads, n, var, s, stream);
+    case SOK_LITE_CUDA_AMSGRAD:
+      return LaunchKind<SOK_LITE_CUDA_AMSGRAD>(h, dim, rows, grads, n, var, s, stream);
+    case SOK_LITE_CUDA_ADAGRAD:
+      return LaunchKind<SOK_LITE_CUDA_ADAGRAD>(h, dim, rows, grads, n, var, s, stream);
+    case SOK_LITE_CUDA_RMSPROP:
+      return LaunchKind<SOK_LITE_CUDA_RMSPROP>(h, dim, rows, grads, n, var, s, stream);
+    case SOK_LITE_CUDA_FTRL:
+      return LaunchKind<SOK_LITE_CUDA_FTRL>(h, dim, rows, grads, n, var, s, stream);
+  }
+  return cudaErrorInvalidValue;
+}

@@ -1,0 +1,116 @@
+"""NumPy float32 references of the CUDA kernels, mirroring kernels/core term by term.
+
+Sums run in the same order as the CPU code (position by position within a sample), so the
+forward pass can be compared tightly; only the backward's atomics reorder additions.
+"""
+
+import numpy as np
+
+F32 = np.float32
+
+
+def sample_of_positions(row_splits):
+    counts = np.diff(row_splits)
+    return np.repeat(np.arange(counts.size), counts)
+
+
+def sample_scales(row_splits, weights, combiner):
+    counts = np.diff(row_splits)
+    starts = row_splits[:-1]
+    if combiner == "sum":
+        return np.ones(counts.size, F32)
+    denom = np.zeros(counts.size, F32)
+    for j in range(int(counts.max(initial=0))):
+        live = counts > j
+        w = weights[starts[live] + j] if weights is not None else np.ones(live.sum(), F32)
+        denom[live] += w if combiner == "mean" else w * w
+    if combiner == "sqrtn":
+        denom = np.sqrt(denom)
+    scale = np.zeros_like(denom)
+    nonzero = denom != 0
+    scale[nonzero] = F32(1) / denom[nonzero]
+    return scale
+
+
+def combine_forward(rows, inverse, row_splits, weights, scale):
+    counts = np.diff(row_splits)
+    starts = row_splits[:-1]
+    out = np.zeros((counts.size, rows.shape[1]), F32)
+    for j in range(int(counts.max(initial=0))):
+        live = counts > j
+        k = starts[live] + j
+        w = weights[k] if weights is not None else np.ones(k.size, F32)
+        out[live] += w[:, None] * rows[inverse[k]]
+    return out * scale[:, None]
+
+
+def combine_backward(grad_out, inverse, row_splits, weights, scale, num_unique):
+    """In float64: the GPU's summation order is not fixed, so compare with a tolerance."""
+    sample = sample_of_positions(row_splits)
+    w = weights if weights is not None else np.ones(inverse.size, F32)
+    factor = (w * scale[sample]).astype(np.float64)
+    grad_rows = np.zeros((num_unique, grad_out.shape[1]), np.float64)
+    np.add.at(grad_rows, inverse, factor[:, None] * grad_out[sample])
+    return grad_rows
+
+
+def apply_rows(kind, lr, wd, p, rows, grads, var, slots):
+    """Updates var and slots (float32 NumPy arrays) in place, as core ApplyRows."""
+    lr, wd = F32(lr), F32(wd)
+    p = [F32(x) for x in p]
+    w = var[rows]
+    s = [slot[rows] for slot in slots]
+    g = grads
+    if wd != 0:
+        w = w - w * wd * lr
+    if kind == "sgd":
+        w = w - g * lr
+    elif kind in ("momentum", "nesterov"):
+        mu = p[0]
+        s[0] = s[0] * mu - g * lr
+        w = w + (s[0] * mu - g * lr if kind == "nesterov" else s[0])
+    elif kind in ("adam", "amsgrad"):
+        step = p[3]
+        alpha = lr * np.sqrt(F32(1) - np.power(p[1], step)) / (F32(1) - np.power(p[0], step))
+        s[0] = s[0] + (g - s[0]) * (F32(1) - p[0])
+        s[1] = s[1] + (g * g - s[1]) * (F32(1) - p[1])
+        denom_v = s[1]
+        if kind == "amsgrad":
+            s[2] = np.maximum(s[2], s[1])
+            denom_v = s[2]
+        w = w - (s[0] * alpha) / (np.sqrt(denom_v) + p[2])
+    elif kind == "adagrad":
+        s[0] = s[0] + g * g
+        w = w - (lr * g) / np.sqrt(s[0] + p[0])
+    elif kind == "rmsprop":
+        rho, mu, eps = p[0], p[1], p[2]
+        momentum, centered = p[1] > 0, p[3] != 0
+        s[0] = rho * s[0] + (F32(1) - rho) * (g * g)
+        denom = s[0] + eps
+        if centered:
+            a = len(s) - 1
+            s[a] = rho * s[a] + (F32(1) - rho) * g
+            denom = s[0] - s[a] * s[a] + eps
+        inc = (lr * g) / np.sqrt(denom)
+        if momentum:
+            s[1] = mu * s[1] + inc
+            w = w - s[1]
+        else:
+            w = w - inc
+    elif kind == "ftrl":
+        lr_power, l1, shrink = p[0], p[1], p[4]
+        l2 = p[2] + p[3] / (F32(2) * lr)
+        accum, linear = s
+        grad_to_use = g + F32(2) * shrink * w
+        new_accum = accum + g * g
+        new_pow = np.power(new_accum, -lr_power)
+        linear = linear + grad_to_use - (new_pow - np.power(accum, -lr_power)) / lr * w
+        quadratic = new_pow / lr + F32(2) * l2
+        clipped = np.minimum(np.maximum(linear, -l1), l1)
+        w = (clipped - linear) / quadratic
+        s = [new_accum, linear]
+    else:
+        raise ValueError(kind)
+    var[rows] = w
+    for slot, value in zip(slots, s):
+        slot[rows] = value

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The whole GPU check in one pass: build the harness library, run the kernel tests, run the
+# benchmark. Logs and a summary go to $OUT (default ./gpu_report). Each step has its own time
+# limit so the pass ends within 5 minutes; the exit status is non-zero if any step failed.
+#   PYTHON  interpreter with CuPy, NumPy and pytest (default python3)
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+out="${OUT:-./gpu_report}"
+py="${PYTHON:-python3}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+cd "$root"
+
+summary="$out/summary.txt"
+: >"$summary"
+failed=0
+
+step() {  # step NAME LIMIT_S LOG COMMAND...
+  local name="$1" limit="$2" log="$3"
+  shift 3
+  local start=$SECONDS rc=0
+  timeout "$limit" "$@" >"$log" 2>&1 || rc=$?
+  echo "$name: rc=$rc ($((SECONDS - start)) s, log: $(basename "$log"))" | tee -a "$summary"
+  [[ $rc -eq 0 ]] || failed=1
+  return $rc
+}
+
+{
+  nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv || true
+  "${NVCC:-nvcc}" --version || true
+  "$py" -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)" || true
+} >"$out/environment.txt" 2>&1
+
+if step build 120 "$out/build.log" bash tests/gpu/build_harness.sh; then
+  step tests 150 "$out/tests.log" "$py" -m pytest -q -rs -p no:cacheprovider \
+    --junitxml="$out/junit.xml" tests/gpu/test_cuda_kernels.py
+  step bench 60 "$out/bench.log" "$py" tests/gpu/bench_cuda_kernels.py --json "$out/bench.json"
+fi
+
+for log in tests bench; do
+  if [[ -f "$out/$log.log" ]]; then
+    { echo; echo "== $log (tail)"; tail -n 25 "$out/$log.log"; } >>"$summary"
+  fi
+done
+echo "report: $out"
+exit $failed
