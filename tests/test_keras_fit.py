@@ -91,7 +91,9 @@ def test_fit_equals_a_manual_loop_and_touches_only_looked_up_rows(make_optimizer
         assert np.all(np.any(after[:USED_ROWS] != before[:USED_ROWS], axis=1))
     assert fitted.optimizer.iterations.numpy() == STEPS
     for got, want in zip(fitted.get_weights(), manual.get_weights()):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+        # fit and the manual loop sum the loss in different orders; Adam divides the float32
+        # round-off by sqrt(v), which moves near-zero weights by a few 1e-7 over the run.
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     for table in tables:
         slots = sok.opt_slots(fitted.optimizer.inner_optimizer, table)
         assert slots and all(s.shape == table.shape for s in slots.values())
