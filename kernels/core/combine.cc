@@ -42,8 +42,17 @@ void CombineForward(const T* rows, int64_t dim, const int32_t* inverse, const in
                     const T* weights, const T* scale, int64_t b0, int64_t b1, T* out) {
   for (int64_t b = b0; b < b1; ++b) {
     T* dst = out + b * dim;
-    std::fill(dst, dst + dim, T(0));
-    for (int64_t k = row_splits[b]; k < row_splits[b + 1]; ++k) {
+    const int64_t k0 = row_splits[b], k1 = row_splits[b + 1];
+    if (k0 == k1) {
+      std::fill(dst, dst + dim, T(0));
+      continue;
+    }
+    // The first id assigns instead of adding to zeros: one pass less over the output, same
+    // result (0 + x == x).
+    const T w0 = weights ? weights[k0] : T(1);
+    const T* first = rows + static_cast<int64_t>(inverse[k0]) * dim;
+    for (int64_t d = 0; d < dim; ++d) dst[d] = w0 * first[d];
+    for (int64_t k = k0 + 1; k < k1; ++k) {
       const T w = weights ? weights[k] : T(1);
       const T* src = rows + static_cast<int64_t>(inverse[k]) * dim;
       for (int64_t d = 0; d < dim; ++d) dst[d] += w * src[d];
