@@ -11,7 +11,7 @@ BUILD_STAMP := build/.sok_lite_ops
 KERNEL_SOURCES := $(shell find kernels -name '*.cc' -o -name '*.h' -o -name '*.cu' 2>/dev/null)
 CXX_FILES := $(shell find kernels -name '*.cc' -o -name '*.h' 2>/dev/null)
 
-.PHONY: setup build demo test lint bench bench-distributed clean
+.PHONY: setup build demo test test-asan fuzz lint bench bench-distributed clean
 
 setup: $(DEPS_STAMP) $(HOROVOD_STAMP) $(BUILD_STAMP)
 
@@ -36,6 +36,14 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q --doctest-modules sok_lite tests
+
+# The single-process suite against an ASan + UBSan build of the op library (docs/development.md).
+test-asan: setup
+	PYTHON=$(PY) bash scripts/run_sanitized_tests.sh tests --ignore=tests/distributed
+
+# A long op-fuzzing campaign (make test runs a bounded one).
+fuzz: setup
+	SOK_LITE_FUZZ_EXAMPLES=$${SOK_LITE_FUZZ_EXAMPLES:-500} $(PY) -m pytest -q tests/test_op_fuzz.py
 
 lint: $(DEPS_STAMP)
 	$(PY) -m ruff check .

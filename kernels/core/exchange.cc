@@ -51,7 +51,7 @@ std::string ParseIdMessage(const int64_t* message, int64_t size, const int64_t* 
     int64_t ids_at = at + num_tables;
     for (int64_t t = 0; t < num_tables; ++t) {
       const int64_t c = message[at + t];
-      if (c < 0 || ids_at + c > end) {
+      if (c < 0 || c > end - ids_at) {  // not ids_at + c: a huge count would wrap around
         return "id message from rank " + std::to_string(r) + " has a bad count for table " +
                std::to_string(t);
       }

@@ -44,9 +44,19 @@ Status GatherForPeersShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+// dims must name exactly the N outputs (set_output beyond them would throw inside TF).
+Status CheckDimsAttr(InferenceContext* c, const std::vector<int64_t>& dims, int64_t outputs) {
+  if (static_cast<int64_t>(dims.size()) != outputs) {
+    return ::tensorflow::errors::InvalidArgument("dims has ", dims.size(), " entries for ", outputs,
+                                                 " tables");
+  }
+  return absl::OkStatus();
+}
+
 Status UnpackRowsShape(InferenceContext* c) {
   std::vector<int64_t> dims;
   TF_RETURN_IF_ERROR(c->GetAttr("dims", &dims));
+  TF_RETURN_IF_ERROR(CheckDimsAttr(c, dims, c->num_outputs()));
   for (size_t t = 0; t < dims.size(); ++t) {
     c->set_output(t, c->Matrix(InferenceContext::kUnknownDim, dims[t]));
   }
@@ -61,6 +71,7 @@ Status PackRowsShape(InferenceContext* c) {
 Status ReduceForOwnerShape(InferenceContext* c) {
   std::vector<int64_t> dims;
   TF_RETURN_IF_ERROR(c->GetAttr("dims", &dims));
+  TF_RETURN_IF_ERROR(CheckDimsAttr(c, dims, c->num_outputs() / 2));
   const int32_t n = dims.size();
   for (int32_t t = 0; t < n; ++t) {
     c->set_output(t, c->Vector(InferenceContext::kUnknownDim));

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Runs the single-process test suite against the ASan + UBSan op library of
+# scripts/build_sanitized.sh (built or brought up to date first).
+#
+# The package is copied to a temporary directory with the sanitized library in place of the
+# regular one, and that copy comes first on PYTHONPATH; pytest runs from there so that the
+# checkout's own sok_lite/ does not shadow it. Sanitizer reports of the pytest process are written
+# to build/sanitize/logs and printed at the end (any report fails the run); the op fuzzer's child
+# processes print theirs on their stderr, which the failing test shows.
+#
+# Usage: scripts/run_sanitized_tests.sh [pytest args and test paths...]
+# Environment: PYTHON (default .venv/bin/python), SANITIZE_BUILD_DIR, SKIP_BUILD=1.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+python="${PYTHON:-$root/.venv/bin/python}"
+build_dir="${SANITIZE_BUILD_DIR:-$root/build/sanitize}"
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+  SANITIZE_BUILD_DIR="$build_dir" PYTHON="$python" "$root/scripts/build_sanitized.sh" >/dev/null
+fi
+lib="$build_dir/_sok_lite_ops.so"
+[[ -f "$lib" ]] || { echo "no sanitized library at $lib" >&2; exit 2; }
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cp -r "$root/sok_lite" "$work/sok_lite"
+find "$work/sok_lite" \( -name '_sok_lite_ops*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
+cp "$lib" "$work/sok_lite/_sok_lite_ops.so"
+
+logs="$build_dir/logs"
+rm -rf "$logs"
+mkdir -p "$logs"
+# The ASan runtime must be loaded before anything else: python itself is not instrumented.
+# libstdc++ right after it, or ASan cannot intercept __cxa_throw (python does not link libstdc++,
+# TF loads it later) and aborts at the first C++ exception.
+LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so.6)"
+export LD_PRELOAD
+# detect_leaks=0: CPython and TF keep allocations alive until exit by design.
+# allocator_may_return_null=1: a huge allocation fails as with TF's allocator (the op then
+# returns ResourceExhausted) instead of aborting the process.
+export ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:log_path=$logs/asan"
+export UBSAN_OPTIONS="print_stacktrace=1:log_path=$logs/ubsan"
+export PYTHONPATH="$work:$root${PYTHONPATH:+:$PYTHONPATH}"
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+
+# Test paths among the arguments are made absolute (pytest runs from $work). Without any, the
+# single-process tests run; the CUDA compile check is left out: nvcc crashes with the ASan
+# runtime preloaded, and it does not load the op library anyway.
+args=()
+paths=0
+for arg in "$@"; do
+  file="${arg%%::*}"
+  if [[ "$arg" != -* && -e "$file" ]]; then
+    arg="$(cd "$(dirname "$file")" && pwd)/$(basename "$file")${arg#"$file"}"
+    paths=1
+  fi
+  args+=("$arg")
+done
+if ((!paths)); then
+  args+=("$root/tests" --ignore="$root/tests/distributed")
+  args+=(--ignore="$root/tests/test_cuda_compiles.py")
+fi
+status=0
+(cd "$work" && "$python" -m pytest -p no:cacheprovider --rootdir="$root" "${args[@]}") || status=$?
+
+if compgen -G "$logs/*" >/dev/null; then
+  echo "=== sanitizer reports (also in $logs) ==="
+  cat "$logs"/*
+  status=1
+fi
+exit "$status"
