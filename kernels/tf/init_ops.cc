@@ -55,6 +55,8 @@ class InitRowsOp : public OpKernel {
     int64_t seed = 0;
     float a = 0, b = 1;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    OP_REQUIRES(ctx, dim_ <= (int64_t{1} << 24),
+                errors::InvalidArgument("row width ", dim_, " is out of range"));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("kind", &kind));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("a", &a));
