@@ -39,7 +39,7 @@ test: setup
 
 # The single-process suite against an ASan + UBSan build of the op library (docs/development.md).
 test-asan: setup
-	PYTHON=$(PY) bash scripts/run_sanitized_tests.sh tests --ignore=tests/distributed
+	PYTHON=$(PY) bash scripts/run_sanitized_tests.sh
 
 # A long op-fuzzing campaign (make test runs a bounded one).
 fuzz: setup

@@ -3,12 +3,13 @@
 # scripts/build_sanitized.sh (built or brought up to date first).
 #
 # The package is copied to a temporary directory with the sanitized library in place of the
-# regular one, and that copy comes first on PYTHONPATH; pytest runs from there so that the
-# checkout's own sok_lite/ does not shadow it. Sanitizer reports of the pytest process are written
-# to build/sanitize/logs and printed at the end (any report fails the run); the op fuzzer's child
-# processes print theirs on their stderr, which the failing test shows.
+# regular one, and that copy comes first on PYTHONPATH; pytest runs under `python -P`, so the
+# checkout's own sok_lite/ in the current directory does not shadow it. Sanitizer reports of the
+# pytest process are written to build/sanitize/logs and printed at the end (any report fails the
+# run); the op fuzzer's child processes print theirs on their stderr, which the failing test
+# shows.
 #
-# Usage: scripts/run_sanitized_tests.sh [pytest args and test paths...]
+# Usage: scripts/run_sanitized_tests.sh [pytest args...]   (default: tests/ but distributed)
 # Environment: PYTHON (default .venv/bin/python), SANITIZE_BUILD_DIR, SKIP_BUILD=1.
 set -euo pipefail
 
@@ -43,25 +44,18 @@ export UBSAN_OPTIONS="print_stacktrace=1:log_path=$logs/ubsan"
 export PYTHONPATH="$work:$root${PYTHONPATH:+:$PYTHONPATH}"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 
-# Test paths among the arguments are made absolute (pytest runs from $work). Without any, the
-# single-process tests run; the CUDA compile check is left out: nvcc crashes with the ASan
-# runtime preloaded, and it does not load the op library anyway.
-args=()
-paths=0
-for arg in "$@"; do
-  file="${arg%%::*}"
-  if [[ "$arg" != -* && -e "$file" ]]; then
-    arg="$(cd "$(dirname "$file")" && pwd)/$(basename "$file")${arg#"$file"}"
-    paths=1
-  fi
-  args+=("$arg")
-done
-if ((!paths)); then
-  args+=("$root/tests" --ignore="$root/tests/distributed")
-  args+=(--ignore="$root/tests/test_cuda_compiles.py")
+# Check that the copy, not the checkout, is what `import sok_lite` finds.
+origin="$("$python" -P -c 'import importlib.util as u; print(u.find_spec("sok_lite").origin)')"
+[[ "$origin" == "$work/"* ]] || { echo "sok_lite resolves to $origin, not the copy" >&2; exit 2; }
+
+# Without arguments: the single-process tests. The CUDA compile check is always left out: nvcc
+# crashes with the ASan runtime preloaded, and it does not load the op library anyway.
+if [[ $# -eq 0 ]]; then
+  set -- "$root/tests" --ignore="$root/tests/distributed"
 fi
 status=0
-(cd "$work" && "$python" -m pytest -p no:cacheprovider --rootdir="$root" "${args[@]}") || status=$?
+"$python" -P -m pytest -p no:cacheprovider --rootdir="$root" \
+  --ignore="$root/tests/test_cuda_compiles.py" "$@" || status=$?
 
 if compgen -G "$logs/*" >/dev/null; then
   echo "=== sanitizer reports (also in $logs) ==="
