@@ -172,3 +172,16 @@ def test_bad_assign_and_reads():
         table.numpy()
     with pytest.raises(ValueError, match="ids must be int32 or int64"):
         sok.lookup_sparse(table, ragged([[1.5]], tf.float32))
+
+
+def test_rejected_assign_leaves_the_table_unchanged():
+    table = sok.DynamicVariable(3, initializer="zeros")
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        table.assign([1], np.zeros([2, 6]), with_slots=True)  # two rows for one key
+    assert int(table.size()) == 0
+    _, full = table.export(with_slots=True)
+    assert full.shape[1] == 3  # no slots were laid out
+    with sok.OptimizerScope([table]):  # so a one-slot optimizer still fits
+        keras.optimizers.SGD(0.1, momentum=0.9).apply_gradients(
+            [(tf.IndexedSlices(tf.ones([1, 3]), tf.constant([5], tf.int64)), table)]
+        )

@@ -250,8 +250,9 @@ class DynamicAssignOp : public OpKernel {
     tensorflow::mutex_lock lock(t->mu);
     HashTable& table = t->table;
     const int64_t dim = table.config().dim;
-    if (with_slots_ && values.dims() == 2 && values.dim_size(1) > table.stride() &&
-        values.dim_size(1) % dim == 0) {
+    // Slots are laid out only for a well-formed call: a rejected assign changes nothing.
+    if (with_slots_ && values.dims() == 2 && values.dim_size(0) == keys.NumElements() &&
+        values.dim_size(1) > table.stride() && values.dim_size(1) % dim == 0) {
       // Rows carry more slots than the table has yet (a restore before the first optimizer
       // step): lay them out, starting from zero until an optimizer sets their initial values.
       table.AddSlots(std::vector<float>((values.dim_size(1) - table.stride()) / dim, 0.0f));
