@@ -154,6 +154,18 @@ def _case(op: str, **kwargs) -> Case:
     return Case("sok_lite_" + op, kwargs)
 
 
+def _unpack_case(N: int, dims: list) -> Case:  # noqa: N803 (the op's attribute name)
+    """UnpackRows of an empty vector message for one rank: only N and dims vary."""
+    return _case(
+        "unpack_rows",
+        vectors=np.zeros([0], np.float32),
+        counts=np.zeros([1], I64),
+        send_pos=np.zeros([0], np.int32),
+        N=N,
+        dims=dims,
+    )
+
+
 FINDINGS = [
     Finding(
         "init_rows_cost_overflow",
@@ -348,27 +360,13 @@ FINDINGS = [
         "unpack_rows_empty_dims",
         "UnpackRows: dims = [] makes CheckLayout divide by zero tables; SIGFPE",
         lambda c: _op(c, "unpack_rows") and not c.kwargs["dims"],
-        _case(
-            "unpack_rows",
-            vectors=np.zeros([0], np.float32),
-            counts=np.zeros([1], I64),
-            send_pos=np.zeros([0], np.int32),
-            N=1,
-            dims=[],
-        ),
+        _unpack_case(N=1, dims=[]),
     ),
     Finding(
         "unpack_rows_bad_dims",
         "UnpackRows: a negative dims entry reaches TensorShape({rows, dim}); CHECK abort",
         lambda c: _op(c, "unpack_rows") and _bad_dims(c),
-        _case(
-            "unpack_rows",
-            vectors=np.zeros([0], np.float32),
-            counts=np.zeros([1], I64),
-            send_pos=np.zeros([0], np.int32),
-            N=1,
-            dims=[-1],
-        ),
+        _unpack_case(N=1, dims=[-1]),
     ),
     Finding(
         "exchange_dims_not_n",
@@ -378,14 +376,7 @@ FINDINGS = [
             (_op(c, "unpack_rows") or _op(c, "reduce_for_owner"))
             and 0 < len(c.kwargs["dims"]) < c.kwargs["N"]
         ),
-        _case(
-            "unpack_rows",
-            vectors=np.zeros([0], np.float32),
-            counts=np.zeros([1], I64),
-            send_pos=np.zeros([0], np.int32),
-            N=2,
-            dims=[1],
-        ),
+        _unpack_case(N=2, dims=[1]),
     ),
     Finding(
         "reduce_for_owner_empty_dims",
