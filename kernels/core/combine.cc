@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/core/stream_store.h"
+
 namespace sok_lite {
 
 bool ParseCombiner(const std::string& name, Combiner* combiner) {
@@ -39,14 +41,22 @@ void SampleScales(const int64_t* row_splits, const T* weights, Combiner combiner
 
 template <typename T>
 void CombineForward(const T* rows, int64_t dim, const int32_t* inverse, const int64_t* row_splits,
-                    const T* weights, const T* scale, int64_t b0, int64_t b1, T* out) {
+                    const T* weights, const T* scale, int64_t b0, int64_t b1, T* out,
+                    bool stream_out) {
+  // Streamed samples are combined in `acc`, then stored once.
+  std::vector<T> acc(stream_out ? dim : 0);
   for (int64_t b = b0; b < b1; ++b) {
-    T* dst = out + b * dim;
+    T* const final_dst = out + b * dim;
     const int64_t k0 = row_splits[b], k1 = row_splits[b + 1];
     if (k0 == k1) {
-      std::fill(dst, dst + dim, T(0));
+      std::fill(final_dst, final_dst + dim, T(0));
       continue;
     }
+    if (stream_out && k1 - k0 == 1 && !weights && scale[b] == T(1)) {  // a copy of one row
+      StreamRow(rows + static_cast<int64_t>(inverse[k0]) * dim, dim, final_dst);
+      continue;
+    }
+    T* dst = stream_out ? acc.data() : final_dst;
     // The first id assigns instead of adding to zeros: one pass less over the output, same
     // result (0 + x == x).
     const T w0 = weights ? weights[k0] : T(1);
@@ -61,7 +71,9 @@ void CombineForward(const T* rows, int64_t dim, const int32_t* inverse, const in
     if (s != T(1)) {
       for (int64_t d = 0; d < dim; ++d) dst[d] *= s;
     }
+    if (stream_out) StreamRow(dst, dim, final_dst);
   }
+  if (stream_out) StreamFence();
 }
 
 template <typename T>
@@ -101,7 +113,7 @@ void BalancedUniqueRanges(const int32_t* inverse, int64_t n, int64_t num_unique,
 #define SOK_LITE_INSTANTIATE_COMBINE(T)                                                         \
   template void SampleScales<T>(const int64_t*, const T*, Combiner, int64_t, int64_t, T*);      \
   template void CombineForward<T>(const T*, int64_t, const int32_t*, const int64_t*, const T*,  \
-                                  const T*, int64_t, int64_t, T*);                              \
+                                  const T*, int64_t, int64_t, T*, bool);                        \
   template void CombineBackwardBlock<T>(const T*, int64_t, const int32_t*, const int64_t*,      \
                                         int64_t, const T*, const T*, int64_t, int64_t, int64_t, \
                                         int64_t, T*);

@@ -20,10 +20,12 @@ void SampleScales(const int64_t* row_splits, const T* weights, Combiner combiner
                   int64_t b1, T* scale);
 
 // out[b, :] = scale[b] * sum_k w[k] * rows[inverse[k], :] over the ids k of sample b, for
-// samples [b0, b1). rows is [num_unique, dim], out is [batch, dim].
+// samples [b0, b1). rows is [num_unique, dim], out is [batch, dim]. stream_out writes out with
+// streaming stores (see stream_store.h): for outputs far larger than the cache.
 template <typename T>
 void CombineForward(const T* rows, int64_t dim, const int32_t* inverse, const int64_t* row_splits,
-                    const T* weights, const T* scale, int64_t b0, int64_t b1, T* out);
+                    const T* weights, const T* scale, int64_t b0, int64_t b1, T* out,
+                    bool stream_out = false);
 
 // Adds grad_out into the rows it came from, restricted to unique rows [u0, u1) and columns
 // [d0, d1): grad_rows[u, d] = sum over positions k with inverse[k] = u of

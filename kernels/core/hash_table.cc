@@ -18,34 +18,33 @@ inline uint64_t HashKey(int64_t key) {  // splitmix64 finalizer
 }  // namespace
 
 HashTable::HashTable(const TableConfig& config) : config_(config) {
-  slot_key_.assign(16, 0);
-  slot_row_.assign(16, -1);
+  slots_.assign(16, Slot{0, -1});
 }
 
-int64_t HashTable::FindSlot(int64_t key) const {
-  const uint64_t mask = slot_row_.size() - 1;
-  for (uint64_t pos = HashKey(key) & mask;; pos = (pos + 1) & mask) {
-    if (slot_row_[pos] < 0) return -1;
-    if (slot_key_[pos] == key) return static_cast<int64_t>(pos);
+int64_t HashTable::FindSlot(int64_t key, uint64_t hash) const {
+  const uint64_t mask = slots_.size() - 1;
+  for (uint64_t pos = hash & mask;; pos = (pos + 1) & mask) {
+    if (slots_[pos].row < 0) return -1;
+    if (slots_[pos].key == key) return static_cast<int64_t>(pos);
   }
 }
 
+int64_t HashTable::FindSlot(int64_t key) const { return FindSlot(key, HashKey(key)); }
+
 float* HashTable::Find(int64_t key) {
   const int64_t s = FindSlot(key);
-  return s < 0 ? nullptr : RowPtr(slot_row_[s]);
+  return s < 0 ? nullptr : RowPtr(slots_[s].row);
 }
 
 void HashTable::Grow() {
-  std::vector<int64_t> keys = std::move(slot_key_), rows = std::move(slot_row_);
-  slot_key_.assign(keys.size() * 2, 0);
-  slot_row_.assign(keys.size() * 2, -1);
-  const uint64_t mask = slot_row_.size() - 1;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (rows[i] < 0) continue;
-    uint64_t pos = HashKey(keys[i]) & mask;
-    while (slot_row_[pos] >= 0) pos = (pos + 1) & mask;
-    slot_key_[pos] = keys[i];
-    slot_row_[pos] = rows[i];
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(old.size() * 2, Slot{0, -1});
+  const uint64_t mask = slots_.size() - 1;
+  for (const Slot& entry : old) {
+    if (entry.row < 0) continue;
+    uint64_t pos = HashKey(entry.key) & mask;
+    while (slots_[pos].row >= 0) pos = (pos + 1) & mask;
+    slots_[pos] = entry;
   }
 }
 
@@ -55,29 +54,22 @@ int64_t HashTable::AllocateRow() {
     free_rows_.pop_back();
     return r;
   }
-  const int64_t r = row_key_.size();
+  const int64_t r = meta_.size();
   if (r % kChunkRows == 0) chunks_.emplace_back(new float[kChunkRows * stride()]);
-  row_key_.push_back(0);
-  row_last_seen_.push_back(0);
-  row_count_.push_back(0);
-  row_updated_.push_back(-1);
+  meta_.push_back(RowMeta{0, 0, 0, -1});
   row_used_.push_back(false);
   return r;
 }
 
 int64_t HashTable::Insert(int64_t key) {
-  if ((size_ + 1) * 4 > static_cast<int64_t>(slot_row_.size()) * 3) Grow();  // load <= 0.75
+  if ((size_ + 1) * 4 > static_cast<int64_t>(slots_.size()) * 3) Grow();  // load <= 0.75
   const int64_t r = AllocateRow();
-  const uint64_t mask = slot_row_.size() - 1;
+  const uint64_t mask = slots_.size() - 1;
   uint64_t pos = HashKey(key) & mask;
-  while (slot_row_[pos] >= 0) pos = (pos + 1) & mask;
-  slot_key_[pos] = key;
-  slot_row_[pos] = r;
+  while (slots_[pos].row >= 0) pos = (pos + 1) & mask;
+  slots_[pos] = Slot{key, r};
   ++size_;
-  row_key_[r] = key;
-  row_last_seen_[r] = step_;
-  row_count_[r] = 0;
-  row_updated_[r] = -1;
+  meta_[r] = RowMeta{key, step_, 0, -1};
   row_used_[r] = true;
   float* row = RowPtr(r);
   InitRows(config_.init, &key, config_.dim, 0, 1, row);
@@ -90,24 +82,23 @@ int64_t HashTable::Insert(int64_t key) {
 void HashTable::Erase(int64_t key) {
   int64_t s = FindSlot(key);
   if (s < 0) return;
-  const int64_t r = slot_row_[s];
+  const int64_t r = slots_[s].row;
   row_used_[r] = false;
   free_rows_.push_back(r);
   --size_;
   // Backward-shift deletion keeps probe chains intact without tombstones.
-  const uint64_t mask = slot_row_.size() - 1;
+  const uint64_t mask = slots_.size() - 1;
   uint64_t hole = s;
-  for (uint64_t pos = (hole + 1) & mask; slot_row_[pos] >= 0; pos = (pos + 1) & mask) {
-    const uint64_t home = HashKey(slot_key_[pos]) & mask;
+  for (uint64_t pos = (hole + 1) & mask; slots_[pos].row >= 0; pos = (pos + 1) & mask) {
+    const uint64_t home = HashKey(slots_[pos].key) & mask;
     // Move the entry into the hole if its home is not in (hole, pos] (cyclically).
     const bool stays = hole <= pos ? (home > hole && home <= pos) : (home > hole || home <= pos);
     if (!stays) {
-      slot_key_[hole] = slot_key_[pos];
-      slot_row_[hole] = slot_row_[pos];
+      slots_[hole] = slots_[pos];
       hole = pos;
     }
   }
-  slot_row_[hole] = -1;
+  slots_[hole].row = -1;
 }
 
 std::string HashTable::MakeRoom(int64_t needed) {
@@ -115,9 +106,9 @@ std::string HashTable::MakeRoom(int64_t needed) {
   const int64_t excess = size_ + needed - config_.capacity;
   // Candidates: rows not seen in the current step (the batch being looked up must stay).
   std::vector<std::pair<int64_t, int64_t>> candidates;  // (score, row)
-  for (int64_t r = 0; r < static_cast<int64_t>(row_key_.size()); ++r) {
-    if (!row_used_[r] || row_last_seen_[r] == step_) continue;
-    const int64_t score = config_.policy == EvictPolicy::kLru ? row_last_seen_[r] : row_count_[r];
+  for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
+    if (!row_used_[r] || meta_[r].last_seen == step_) continue;
+    const int64_t score = config_.policy == EvictPolicy::kLru ? meta_[r].last_seen : meta_[r].count;
     candidates.emplace_back(score, r);
   }
   if (static_cast<int64_t>(candidates.size()) < excess) {
@@ -127,7 +118,7 @@ std::string HashTable::MakeRoom(int64_t needed) {
   }
   std::nth_element(candidates.begin(), candidates.begin() + (excess - 1), candidates.end());
   std::vector<int64_t> victims;
-  for (int64_t i = 0; i < excess; ++i) victims.push_back(row_key_[candidates[i].second]);
+  for (int64_t i = 0; i < excess; ++i) victims.push_back(meta_[candidates[i].second].key);
   for (int64_t key : victims) Erase(key);
   return "";
 }
@@ -135,35 +126,49 @@ std::string HashTable::MakeRoom(int64_t needed) {
 std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const Runner& run) {
   ++step_;
   const int64_t dim = config_.dim;
-  // Probe in parallel: keys are distinct, so each found row is touched by one range only.
+  // Probe in parallel, hash slots prefetched a few keys ahead. A key may repeat, so the marks
+  // are atomic: whoever moves last_seen to this step counts the step, once.
   std::vector<int64_t> rows(n);
+  const uint64_t mask = slots_.size() - 1;
   run(n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t s = FindSlot(keys[i]);
-      rows[i] = s < 0 ? -1 : slot_row_[s];
-      if (s >= 0) {
-        row_last_seen_[rows[i]] = step_;
-        ++row_count_[rows[i]];
+      if (i + kPrefetchDistance < i1) {
+        __builtin_prefetch(&slots_[HashKey(keys[i + kPrefetchDistance]) & mask], 0, 3);
+      }
+      const int64_t s = FindSlot(keys[i], HashKey(keys[i]));
+      rows[i] = s < 0 ? -1 : slots_[s].row;
+      if (s < 0) continue;
+      RowMeta& meta = meta_[rows[i]];
+      if (__atomic_exchange_n(&meta.last_seen, step_, __ATOMIC_RELAXED) != step_) {
+        __atomic_fetch_add(&meta.count, 1, __ATOMIC_RELAXED);
       }
     }
   });
-  // Admission and inserts are serial (they change the index).
-  std::vector<int64_t> admit;
+  // Admission and inserts are serial (they change the index); `decided` holds each missing key
+  // once, with its row or -1 while it is not stored.
+  std::vector<int64_t> missing;
   for (int64_t i = 0; i < n; ++i) {
-    if (rows[i] >= 0) continue;
+    if (rows[i] < 0) missing.push_back(i);
+  }
+  std::unordered_map<int64_t, int64_t> decided;
+  std::vector<int64_t> admit;
+  for (int64_t i : missing) {
+    if (!decided.emplace(keys[i], -1).second) continue;
     if (config_.min_count > 1) {
       int64_t& seen = pending_[keys[i]];
       if (++seen < config_.min_count) continue;
       pending_.erase(keys[i]);
     }
-    admit.push_back(i);
+    admit.push_back(keys[i]);
   }
   const std::string problem = MakeRoom(admit.size());
   if (!problem.empty()) return problem;
-  for (int64_t i : admit) {
-    rows[i] = Insert(keys[i]);
-    row_count_[rows[i]] = 1;
+  for (int64_t key : admit) {
+    const int64_t r = Insert(key);
+    meta_[r].count = 1;
+    decided[key] = r;
   }
+  for (int64_t i : missing) rows[i] = decided[keys[i]];
   run(n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       if (i + kPrefetchDistance < i1 && rows[i + kPrefetchDistance] >= 0) {
@@ -181,20 +186,20 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
 
 void HashTable::Assign(int64_t key, const float* row, bool with_slots, int64_t step) {
   int64_t s = FindSlot(key);
-  const int64_t r = s < 0 ? Insert(key) : slot_row_[s];
+  const int64_t r = s < 0 ? Insert(key) : slots_[s].row;
   std::memcpy(RowPtr(r), row, (with_slots ? stride() : config_.dim) * sizeof(float));
-  row_updated_[r] = step;
+  meta_[r].updated = step;
 }
 
 void HashTable::MarkUpdated(int64_t key, int64_t step) {
   const int64_t s = FindSlot(key);
-  if (s >= 0) row_updated_[slot_row_[s]] = step;
+  if (s >= 0) meta_[slots_[s].row].updated = step;
 }
 
 int64_t HashTable::CountSince(int64_t since_step) const {
   int64_t n = 0;
-  for (int64_t r = 0; r < static_cast<int64_t>(row_key_.size()); ++r) {
-    n += row_used_[r] && (since_step == INT64_MIN || row_updated_[r] > since_step);
+  for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
+    n += row_used_[r] && (since_step == INT64_MIN || meta_[r].updated > since_step);
   }
   return n;
 }
@@ -219,14 +224,10 @@ void HashTable::AddSlots(const std::vector<float>& initial_values) {
 }
 
 void HashTable::Clear() {
-  slot_key_.assign(16, 0);
-  slot_row_.assign(16, -1);
+  slots_.assign(16, Slot{0, -1});
   size_ = 0;
   chunks_.clear();
-  row_key_.clear();
-  row_last_seen_.clear();
-  row_count_.clear();
-  row_updated_.clear();
+  meta_.clear();
   row_used_.clear();
   free_rows_.clear();
   pending_.clear();
@@ -234,8 +235,8 @@ void HashTable::Clear() {
 
 int64_t HashTable::EvictUnseen(int64_t steps_unseen) {
   std::vector<int64_t> victims;
-  for (int64_t r = 0; r < static_cast<int64_t>(row_key_.size()); ++r) {
-    if (row_used_[r] && step_ - row_last_seen_[r] >= steps_unseen) victims.push_back(row_key_[r]);
+  for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
+    if (row_used_[r] && step_ - meta_[r].last_seen >= steps_unseen) victims.push_back(meta_[r].key);
   }
   for (int64_t key : victims) Erase(key);
   return victims.size();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/core/row_init.h"
+#include "kernels/core/unique.h"
 
 namespace sok_lite {
 
@@ -38,12 +39,13 @@ class HashTable {
   int64_t stride() const { return config_.dim * (1 + num_slots()); }
 
   // Runs fn over disjoint ranges covering [0, n), possibly in parallel.
-  using Runner = std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
+  using Runner = RangeRunner;
 
-  // One lookup step over DISTINCT keys: stored keys are marked seen; unseen keys are counted
-  // and stored once admitted (evicting under the capacity policy if needed). out[i, :dim] gets
-  // each key's value (the initializer's value for keys not admitted yet). Probing and copying
-  // run through `run`; inserts are serial. Returns "" or an error.
+  // One lookup step: stored keys are marked seen; unseen keys are counted and stored once
+  // admitted (evicting under the capacity policy if needed). A key counts once per step however
+  // often it repeats in `keys`. out[i, :dim] gets keys[i]'s value (the initializer's value for a
+  // key not admitted yet). Probing and copying run through `run`; inserts are serial. Returns ""
+  // or an error.
   std::string Lookup(const int64_t* keys, int64_t n, float* out, const Runner& run);
 
   // Pointer to the stored row of key (value then slots), or null if the key is not stored.
@@ -73,9 +75,9 @@ class HashTable {
   // and come back identical from the initializer).
   template <typename F>
   void ForEach(int64_t since_step, F fn) {
-    for (int64_t r = 0; r < static_cast<int64_t>(row_key_.size()); ++r) {
-      if (row_used_[r] && (since_step == INT64_MIN || row_updated_[r] > since_step)) {
-        fn(row_key_[r], RowPtr(r));
+    for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
+      if (row_used_[r] && (since_step == INT64_MIN || meta_[r].updated > since_step)) {
+        fn(meta_[r].key, RowPtr(r));
       }
     }
   }
@@ -86,8 +88,20 @@ class HashTable {
  private:
   static constexpr int64_t kChunkRows = 1024;
 
+  struct Slot {  // one cache line holds four: a probe reads key and row together
+    int64_t key;
+    int64_t row;  // -1: empty
+  };
+  struct RowMeta {  // per stored row, together so that a lookup touches one line for them
+    int64_t key;
+    int64_t last_seen;  // lookup step
+    int64_t count;      // lookup steps that saw the key (LFU)
+    int64_t updated;    // optimizer step of the last change; -1: never changed
+  };
+
   int64_t FindSlot(int64_t key) const;  // hash slot holding key, or -1
-  int64_t Insert(int64_t key);          // stores a new row initialized from the config
+  int64_t FindSlot(int64_t key, uint64_t hash) const;
+  int64_t Insert(int64_t key);  // stores a new row initialized from the config
   void Erase(int64_t key);
   void Grow();
   float* RowPtr(int64_t r) { return chunks_[r / kChunkRows].get() + (r % kChunkRows) * stride(); }
@@ -96,15 +110,13 @@ class HashTable {
 
   TableConfig config_;
   std::vector<float> slot_init_;
-  // Hash index: open addressing, linear probing; occupancy lives in slot_row_ (-1 = empty) so
+  // Hash index: open addressing, linear probing; occupancy lives in Slot::row (-1 = empty) so
   // that every int64 key value is an ordinary key.
-  std::vector<int64_t> slot_key_;
-  std::vector<int64_t> slot_row_;
+  std::vector<Slot> slots_;
   int64_t size_ = 0;
   // Row storage in fixed-size chunks (no doubling of the whole payload on growth).
   std::vector<std::unique_ptr<float[]>> chunks_;
-  std::vector<int64_t> row_key_, row_last_seen_, row_count_;
-  std::vector<int64_t> row_updated_;  // optimizer step of the last change; -1: never changed
+  std::vector<RowMeta> meta_;
   std::vector<bool> row_used_;
   std::vector<int64_t> free_rows_;
   // Occurrence counts of keys not admitted yet (min_count > 1).

@@ -93,10 +93,6 @@ class DynamicLookupOp : public OpKernel {
     OP_REQUIRES_OK(ctx, GetTable(ctx, &t));
     const Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
-    // A key counts once per lookup step however often it repeats.
-    std::vector<int64_t> unique(n);
-    std::vector<int32_t> inverse(n);
-    const int64_t u = UniqueIds(keys.flat<int64_t>().data(), n, unique.data(), inverse.data());
     const HashTable::Runner run = [ctx](int64_t total,
                                         const std::function<void(int64_t, int64_t)>& fn) {
       ParallelFor(ctx, total, 2000, fn);
@@ -112,18 +108,10 @@ class DynamicLookupOp : public OpKernel {
     OP_REQUIRES_OK(ctx, SafeShape({n, dim}, &shape));
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &out));
-    float* dst = out->flat<float>().data();
-    if (u == n) {  // distinct already (lookup_sparse passes unique keys): rows in input order
-      const std::string problem = t->table.Lookup(unique.data(), u, dst, run);
-      OP_REQUIRES(ctx, problem.empty(), errors::InvalidArgument(Label(name_), ": ", problem));
-      return;
-    }
-    std::vector<float> rows(u * dim);
-    const std::string problem = t->table.Lookup(unique.data(), u, rows.data(), run);
+    // Keys may repeat (the table counts each once per step); rows come back in key order.
+    const std::string problem =
+        t->table.Lookup(keys.flat<int64_t>().data(), n, out->flat<float>().data(), run);
     OP_REQUIRES(ctx, problem.empty(), errors::InvalidArgument(Label(name_), ": ", problem));
-    for (int64_t i = 0; i < n; ++i) {
-      std::copy_n(rows.data() + static_cast<int64_t>(inverse[i]) * dim, dim, dst + i * dim);
-    }
   }
 
  private:

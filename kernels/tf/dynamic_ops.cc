@@ -58,7 +58,8 @@ REGISTER_OP("SokLiteDynamicLookup")
     .SetIsStateful()
     .SetShapeFn(LookupShape)
     .Doc(R"doc(
-One lookup step over distinct keys: finds or creates their rows and returns their values.
+One lookup step: finds or creates the rows of `keys` and returns their values in key order.
+Keys may repeat; each distinct key counts once per step for eviction and admission.
 )doc");
 
 REGISTER_OP("SokLiteDynamicApply")

@@ -4,6 +4,7 @@
 
 #include "kernels/core/combine.h"
 #include "kernels/core/prefetch.h"
+#include "kernels/core/stream_store.h"
 #include "kernels/core/unique.h"
 #include "kernels/core/validate.h"
 #include "kernels/tf/cpu_parallel.h"
@@ -25,6 +26,9 @@ using ::tensorflow::TensorShape;
 namespace errors = ::tensorflow::errors;
 
 namespace {
+
+// From this many ids on, one table's deduplication is split over threads.
+constexpr int64_t kParallelUniqueIds = int64_t{1} << 15;
 
 // Validated view of one table's ragged segments: inverse / row_splits / weights inputs.
 struct Segments {
@@ -134,17 +138,29 @@ class UniqueIdsOp : public OpKernel {
       OP_REQUIRES_OK(ctx, ctx->allocate_output(n_tables + t, ids[t].shape(), &inverse));
       inverses[t] = inverse->flat<int32_t>().data();
     }
+    // Big tables are deduplicated one at a time over all threads, the others one per thread.
+    std::vector<bool> big(n_tables);
+    for (int t = 0; t < n_tables; ++t) big[t] = ids[t].NumElements() >= kParallelUniqueIds;
+    auto dedup = [&](int64_t t, bool parallel) {
+      const int64_t n = ids[t].NumElements();
+      const int64_t batch = splits[t].NumElements() - 1;
+      const int64_t* id = ids[t].flat<int64_t>().data();
+      const int64_t* rs = splits[t].flat<int64_t>().data();
+      problems[t] = CheckRowSplits(rs, batch, n);
+      if (problems[t].empty()) problems[t] = CheckIds(id, rs, batch, num_rows_[t], hotness_[t]);
+      if (!problems[t].empty()) return;
+      uniques[t].resize(n);
+      const int64_t u =
+          parallel ? UniqueIdsParallel(id, n, uniques[t].data(), inverses[t], CoarseRunner(ctx))
+                   : UniqueIds(id, n, uniques[t].data(), inverses[t]);
+      uniques[t].resize(u);
+    };
+    for (int t = 0; t < n_tables; ++t) {
+      if (big[t]) dedup(t, true);
+    }
     ParallelFor(ctx, n_tables, 50 * (1 + ids[0].NumElements()), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
-        const int64_t n = ids[t].NumElements();
-        const int64_t batch = splits[t].NumElements() - 1;
-        const int64_t* id = ids[t].flat<int64_t>().data();
-        const int64_t* rs = splits[t].flat<int64_t>().data();
-        problems[t] = CheckRowSplits(rs, batch, n);
-        if (problems[t].empty()) problems[t] = CheckIds(id, rs, batch, num_rows_[t], hotness_[t]);
-        if (!problems[t].empty()) continue;
-        uniques[t].resize(n);
-        uniques[t].resize(UniqueIds(id, n, uniques[t].data(), inverses[t]));
+        if (!big[t]) dedup(t, false);
       }
     });
     for (int t = 0; t < n_tables; ++t) {
@@ -234,10 +250,11 @@ class SegmentCombineOp : public OpKernel {
       std::vector<T> scale(seg.batch);
       const T* weights = static_cast<const T*>(seg.weights);
       const int64_t per_sample = (1 + seg.n / std::max<int64_t>(seg.batch, 1)) * (2 * dim + 4);
+      const bool stream = out->TotalBytes() >= kStreamOutputBytes;
       ParallelFor(ctx, seg.batch, per_sample, [&](int64_t b0, int64_t b1) {
         SampleScales(seg.row_splits, weights, combiners_[t], b0, b1, scale.data());
         CombineForward(rows.flat<T>().data(), dim, seg.inverse, seg.row_splits, weights,
-                       scale.data(), b0, b1, out->flat<T>().data());
+                       scale.data(), b0, b1, out->flat<T>().data(), stream);
       });
     }
   }
