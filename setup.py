@@ -50,7 +50,11 @@ class CMakeBuild(build_ext):
         jobs = str(os.cpu_count() or 2)
         subprocess.check_call(["cmake", "--build", str(build_dir), "--parallel", jobs])
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(build_dir / "_sok_lite_ops.so", target)
+        # A new file renamed over the old one: processes that have the old library loaded keep
+        # their mapping instead of seeing it rewritten under them.
+        staged = target.with_name(target.name + ".new")
+        shutil.copyfile(build_dir / "_sok_lite_ops.so", staged)
+        os.replace(staged, target)
 
 
 setup(
