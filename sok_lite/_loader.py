@@ -31,4 +31,13 @@ def ops():
             f"sok_lite op library not found in {here}; build it with "
             "`pip install -e . --no-build-isolation` (see docs/install.md)"
         )
-    return tf.load_op_library(str(candidates[0]))
+    module = tf.load_op_library(str(candidates[0]))
+    _load_gpu_kernels(here)
+    return module
+
+
+def _load_gpu_kernels(here: pathlib.Path) -> None:
+    """Adds the DEVICE_GPU kernels (a separate library, built with CUDA) when TF sees a GPU."""
+    gpu_library = sorted(here.glob("_sok_lite_gpu_ops*.so"))
+    if gpu_library and tf.config.list_physical_devices("GPU"):
+        tf.load_op_library(str(gpu_library[0]))

@@ -1,4 +1,5 @@
-"""kernels/cuda/*.cu must compile with nvcc (device code for sm_90, no GPU needed).
+"""kernels/cuda must compile with nvcc (device code for sm_90, no GPU needed), and its host-side
+copies of the CPU hash and initializer must agree with kernels/core.
 
 Skipped where nvcc is absent. One nvcc call for all files keeps it well under a minute.
 """
@@ -19,10 +20,15 @@ def find_nvcc():
     return next((c for c in candidates if c and Path(c).exists()), None)
 
 
-def test_cuda_sources_compile(tmp_path):
-    nvcc = find_nvcc()
-    if nvcc is None:
+@pytest.fixture(scope="module")
+def nvcc():
+    found = find_nvcc()
+    if found is None:
         pytest.skip("nvcc not found")
+    return found
+
+
+def test_cuda_sources_compile(nvcc, tmp_path):
     assert CUDA_SOURCES, "no kernels/cuda/*.cu"
     arch = os.environ.get("SOK_LITE_CUDA_ARCH", "sm_90")
     cmd = [nvcc, "-std=c++17", "-c", f"-arch={arch}", "-fmad=false", "-Werror", "all-warnings"]
@@ -33,3 +39,14 @@ def test_cuda_sources_compile(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     objects = sorted(p.stem for p in tmp_path.glob("*.o"))
     assert objects == sorted(s.stem for s in CUDA_SOURCES)
+
+
+def test_device_hash_and_init_agree_with_core(nvcc, tmp_path):
+    """Owner placement and initial rows of dynamic-table keys must not depend on the device."""
+    program = tmp_path / "agree"
+    cmd = [nvcc, "-std=c++17", "-O2", f"-I{ROOT}", "-o", str(program)]
+    cmd += [str(ROOT / "tests/gpu/agree_with_core.cu"), str(ROOT / "kernels/core/row_init.cc")]
+    built = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stdout + built.stderr
+    ran = subprocess.run([str(program)], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stdout + ran.stderr

@@ -75,6 +75,152 @@ cudaError_t sok_lite_cuda_apply_rows(int kind, double learning_rate, double weig
                                      const int64_t* rows, const float* grads, int64_t n, float* var,
                                      float* const* slots, int num_slots, cudaStream_t stream);
 
+// ---------------------------------------------------------------------------------------------
+// Ids: checks, deduplication, partition by owner.
+
+// Validates ragged ids on the device, as core CheckRowSplits / CheckIds / CheckInverse, without
+// a copy to the host. bad[0..3] (device, 4 x uint64) receive the first failing index of each
+// check, or UINT64_MAX when it passes:
+//   bad[0]: b with row_splits[b] out of order (row_splits[0] != 0, a decrease, or the last
+//           entry != n: then b = batch); bad[1]: sample b with more than `hotness` ids
+//           (hotness <= 0: no limit); bad[2]: position k with ids[k] outside [0, num_rows)
+//           (num_rows < 0: any value); bad[3]: position k with inverse[k] outside
+//           [0, num_unique).
+// ids / inverse may be null to skip their check. Checks 1 to 3 assume check 0 passed (the caller
+// reads bad[0] first).
+cudaError_t sok_lite_cuda_check_ragged(const int64_t* row_splits, int64_t batch, int64_t n,
+                                       const int64_t* ids, int64_t num_rows, int64_t hotness,
+                                       const int32_t* inverse, int64_t num_unique, uint64_t* bad,
+                                       cudaStream_t stream);
+
+// Bytes of device workspace sok_lite_cuda_unique_ids needs for n ids.
+cudaError_t sok_lite_cuda_unique_workspace_size(int64_t n, size_t* bytes);
+
+// As core UniqueIds: unique[0, *num_unique) = the distinct values of ids[0, n) in order of first
+// occurrence, inverse[i] = position of ids[i] in unique, and (when counts is not null)
+// counts[u] = occurrences of unique[u]. unique, inverse and counts need room for n entries;
+// num_unique is one device int64. Every int64 value is an ordinary id. n must be < 2^31. The
+// result does not depend on thread scheduling.
+cudaError_t sok_lite_cuda_unique_ids(const int64_t* ids, int64_t n, int64_t* unique,
+                                     int32_t* inverse, int32_t* counts, int64_t* num_unique,
+                                     void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// Bytes of device workspace sok_lite_cuda_partition_by_owner needs for `total` ids over
+// num_ranks x num_tables segments.
+cudaError_t sok_lite_cuda_partition_workspace_size(int64_t total, int64_t num_ranks,
+                                                   int64_t num_tables, size_t* bytes);
+
+// As core PartitionByOwner (kernels/core/exchange.h), same message layout and order. Host
+// arrays of num_tables entries: unique[t] (device pointer to table t's unique ids),
+// num_unique[t], owners[t] (the Owner code: -1 distributed, -2 hashed, >= 0 localized rank).
+// Device outputs: counts [num_ranks * num_tables], message [num_ranks * num_tables + total],
+// splits [num_ranks], send_pos [total], total = sum of num_unique. Ids of non-hashed tables
+// must be >= 0.
+cudaError_t sok_lite_cuda_partition_by_owner(const int64_t* const* unique,
+                                             const int64_t* num_unique, const int64_t* owners,
+                                             int64_t num_tables, int64_t num_ranks, int64_t* counts,
+                                             int64_t* message, int64_t* splits, int32_t* send_pos,
+                                             void* workspace, size_t workspace_bytes,
+                                             cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------
+// Row initialization and the dynamic (hash) table.
+
+// Same order as sok_lite::InitKind.
+enum SokLiteCudaInitKind {
+  SOK_LITE_CUDA_INIT_NORMAL = 0,
+  SOK_LITE_CUDA_INIT_TRUNCATED_NORMAL = 1,
+  SOK_LITE_CUDA_INIT_UNIFORM = 2,
+  SOK_LITE_CUDA_INIT_CONSTANT = 3,
+};
+
+// As sok_lite::RowInit: a = mean / minval / value, b = stddev / maxval.
+typedef struct SokLiteCudaRowInit {
+  int kind;
+  uint64_t seed;
+  double a;
+  double b;
+} SokLiteCudaRowInit;
+
+// out[i, :] = the initial row of id ids[i] (core InitRows), for i in [0, n); out is [n, dim].
+cudaError_t sok_lite_cuda_init_rows(const SokLiteCudaRowInit* init, const int64_t* ids, int64_t n,
+                                    int64_t dim, float* out, cudaStream_t stream);
+
+// A fixed-capacity hash table of float rows in device memory: open addressing with linear
+// probing over `capacity` (a power of two) slots. Occupancy is kept out of band in `state`, so
+// every int64 value is a key. Slot p holds keys[p], its value row values[p * dim, (p+1) * dim)
+// and the same row of each optimizer slot array, so a slot index is also a row index for
+// sok_lite_cuda_apply_rows. The host owns every array (all device memory, sized by capacity)
+// and this struct; launchers take it by pointer and read it on the host.
+typedef struct SokLiteCudaTable {
+  int64_t* keys;       // [capacity]
+  int32_t* state;      // [capacity]: 0 empty, 1 being written, 2 present; zeroed by clear
+  int64_t* last_seen;  // [capacity]: step of the last find-or-insert that used the key
+  float* values;       // [capacity, dim]
+  float* slots[3];     // optimizer slot rows, [capacity, dim] each; num_slots of them are used
+  float slot_init[3];  // initial value of each optimizer slot for a new key
+  int num_slots;
+  int64_t dim;
+  int64_t capacity;  // a power of two
+  int64_t max_size;  // at most capacity - 1: inserts beyond it fail, so probing always ends
+  int64_t* size;     // device int64: keys present
+} SokLiteCudaTable;
+
+// Empties the table (state and size to 0).
+cudaError_t sok_lite_cuda_table_clear(const SokLiteCudaTable* table, cudaStream_t stream);
+
+// For each of keys[0, n) (duplicates allowed: a key is inserted once): finds its slot or claims
+// one, initializing a new key's row from `init` (core InitRows) and its optimizer slots from
+// slot_init. slots_out[i] = the slot, or -1 when the table had no room (size would pass
+// max_size); last_seen of every used slot = step. values_out (optional, [n, dim]) gets each
+// key's row (the initial row for a key that found no room). *num_failed (device int64, set, not
+// added to) = keys that found no room: the caller grows the table (sok_lite_cuda_table_rehash
+// into a larger one) and repeats the call, which then only inserts what is missing.
+cudaError_t sok_lite_cuda_table_find_or_insert(const SokLiteCudaTable* table,
+                                               const SokLiteCudaRowInit* init, const int64_t* keys,
+                                               int64_t n, int64_t step, int64_t* slots_out,
+                                               float* values_out, int64_t* num_failed,
+                                               cudaStream_t stream);
+
+// Finds present keys only: slots_out[i] = slot of keys[i] or -1; values_out (optional,
+// [n, dim]) gets the row, or zeros for an absent key. Does not modify the table.
+cudaError_t sok_lite_cuda_table_find(const SokLiteCudaTable* table, const int64_t* keys, int64_t n,
+                                     int64_t* slots_out, float* values_out, cudaStream_t stream);
+
+// Copies every present key to keys_out and its rows to values_out ([max_out, dim]) and, when
+// slots_out (host array of num_slots device pointers) is not null, to slots_out[j]. Order is
+// unspecified. *count (device int64) = keys present; when it exceeds max_out only max_out were
+// written.
+cudaError_t sok_lite_cuda_table_export(const SokLiteCudaTable* table, int64_t max_out,
+                                       int64_t* keys_out, float* values_out,
+                                       float* const* slots_out, int64_t* count,
+                                       cudaStream_t stream);
+
+// Inserts every present key of src with last_seen >= min_last_seen into dst (already cleared,
+// same dim and num_slots), with its rows and last_seen. Growth: a larger dst and
+// min_last_seen = INT64_MIN. Eviction of keys unseen for the last k steps at step s (core
+// EvictUnseen): min_last_seen = s - k + 1; evicted = src size - dst size. *num_failed (device
+// int64) = keys that found no room in dst.
+cudaError_t sok_lite_cuda_table_rehash(const SokLiteCudaTable* src, const SokLiteCudaTable* dst,
+                                       int64_t min_last_seen, int64_t* num_failed,
+                                       cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------
+// Row copies of the exchange messages.
+
+// dst[positions[i], :] = src[i, :] for i in [0, n) (dst and src [*, dim]); positions distinct.
+cudaError_t sok_lite_cuda_scatter_rows(const float* src, int64_t dim, const int32_t* positions,
+                                       int64_t n, float* dst, cudaStream_t stream);
+
+// dst[i, :] = src[positions[i], :] for i in [0, n).
+cudaError_t sok_lite_cuda_gather_rows_i32(const float* src, int64_t dim, const int32_t* positions,
+                                          int64_t n, float* dst, cudaStream_t stream);
+
+// dst[positions[i], :] += src[i, :] with float atomicAdd (positions may repeat; dst is not
+// zeroed here).
+cudaError_t sok_lite_cuda_scatter_add_rows(const float* src, int64_t dim, const int32_t* positions,
+                                           int64_t n, float* dst, cudaStream_t stream);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

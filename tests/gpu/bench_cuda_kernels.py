@@ -6,6 +6,10 @@ rows. Bytes counted: forward reads one table row per id plus the index arrays an
 output row per sample; backward reads grad_out once per sample and does one read-modify-write
 of a row per id (counted twice), plus zeroing grad_rows. Copy bandwidth counts read + write.
 
+Hash table: 2^24 distinct random int64 keys inserted into 2^25 slots (load 0.5), then a batch
+of 2^24 present keys (shuffled) is found: keys per second of the find alone (slot indices out),
+and of find-or-insert on the same present keys (slots and d = 128 rows out).
+
 usage: python tests/gpu/bench_cuda_kernels.py [--json PATH]
 """
 
@@ -18,6 +22,7 @@ import numpy as np
 
 BATCH, FEATURES, IDS_PER_SAMPLE, DIM = 16_384, 26, 10, 128
 NUM_UNIQUE = 2_000_000
+TABLE_KEYS, TABLE_CAPACITY = 1 << 24, 1 << 25
 
 
 def time_ms(fn, warmup=3, iters=20):
@@ -45,12 +50,37 @@ def copy_bandwidth():
     return 2 * nbytes / time_ms(copy) / 1e6
 
 
+def hash_table_rates(lib):
+    """Keys per second of find and of find-or-insert on present keys."""
+    rng = np.random.default_rng(0)
+    keys = np.unique(rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, TABLE_KEYS))
+    table = gpu_lib.DeviceTable(lib, TABLE_CAPACITY, DIM)
+    d_keys = cp.asarray(keys)
+    slots = cp.empty(keys.size, dtype=cp.int64)
+    rows = cp.empty((keys.size, DIM), dtype=cp.float32)
+    init = ("random_normal", 1, 0.0, 0.05)
+    assert table.find_or_insert(d_keys, 1, slots, None, init) == 0
+    query = cp.asarray(rng.permutation(keys))
+    find_ms = time_ms(lambda: table.find(query, slots))
+    upsert_ms = time_ms(lambda: table.find_or_insert(query, 2, slots, rows, init), iters=5)
+    assert int((slots < 0).sum()) == 0
+    return {
+        "table_keys": int(keys.size),
+        "table_capacity": TABLE_CAPACITY,
+        "find_ms": find_ms,
+        "find_keys_per_s": keys.size / find_ms * 1e3,
+        "find_or_insert_ms": upsert_ms,
+        "find_or_insert_keys_per_s": keys.size / upsert_ms * 1e3,
+    }
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
 
-    kernels = gpu_lib.Kernels(gpu_lib.load())
+    lib = gpu_lib.load()
+    kernels = gpu_lib.Kernels(lib)
     samples = BATCH * FEATURES
     ids = samples * IDS_PER_SAMPLE
     cp.random.seed(0)
@@ -88,6 +118,7 @@ def main():
         "backward_ms": backward_ms,
         "backward_GBps": backward_bytes / backward_ms / 1e6,
     }
+    results.update(hash_table_rates(lib))
     results["forward_vs_copy"] = results["forward_GBps"] / copy_gbs
     results["backward_vs_copy"] = results["backward_GBps"] / copy_gbs
     print(f"device            {results['device']}")
@@ -98,6 +129,14 @@ def main():
             f"{name:<17} {results[name + '_GBps']:8.1f} GB/s  {results[name + '_ms']:7.3f} ms  "
             f"{100 * results[name + '_vs_copy']:5.1f}% of copy"
         )
+    print(
+        f"hash find         {results['find_keys_per_s'] / 1e9:8.2f} G keys/s  "
+        f"({results['table_keys']} present keys, {TABLE_CAPACITY} slots)"
+    )
+    print(
+        f"find-or-insert    {results['find_or_insert_keys_per_s'] / 1e9:8.2f} G keys/s  "
+        f"(present keys, d = {DIM} rows out)"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -8,6 +8,8 @@ import ctypes
 import os
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_LIB = ROOT / "build" / "gpu" / "libsok_lite_cuda.so"
 
@@ -46,6 +48,85 @@ _SIGNATURES = {
         _P,
     ],
 }
+
+
+class RowInit(ctypes.Structure):
+    """SokLiteCudaRowInit."""
+
+    _fields_ = [
+        ("kind", ctypes.c_int),
+        ("seed", ctypes.c_uint64),
+        ("a", ctypes.c_double),
+        ("b", ctypes.c_double),
+    ]
+
+
+class TableStruct(ctypes.Structure):
+    """SokLiteCudaTable (field order and types as in sok_lite_cuda.h)."""
+
+    _fields_ = [
+        ("keys", _P),
+        ("state", _P),
+        ("last_seen", _P),
+        ("values", _P),
+        ("slots", _P * 3),
+        ("slot_init", ctypes.c_float * 3),
+        ("num_slots", ctypes.c_int),
+        ("dim", _I64),
+        ("capacity", _I64),
+        ("max_size", _I64),
+        ("size", _P),
+    ]
+
+
+_TP = ctypes.POINTER(TableStruct)
+_SIGNATURES.update(
+    {
+        "sok_lite_cuda_check_ragged": [_P, _I64, _I64, _P, _I64, _I64, _P, _I64, _P, _P],
+        "sok_lite_cuda_unique_workspace_size": [_I64, ctypes.POINTER(ctypes.c_size_t)],
+        "sok_lite_cuda_unique_ids": [_P, _I64, _P, _P, _P, _P, _P, ctypes.c_size_t, _P],
+        "sok_lite_cuda_partition_workspace_size": [
+            _I64,
+            _I64,
+            _I64,
+            ctypes.POINTER(ctypes.c_size_t),
+        ],
+        "sok_lite_cuda_partition_by_owner": [
+            ctypes.POINTER(_P),
+            ctypes.POINTER(_I64),
+            ctypes.POINTER(_I64),
+            _I64,
+            _I64,
+            _P,
+            _P,
+            _P,
+            _P,
+            _P,
+            ctypes.c_size_t,
+            _P,
+        ],
+        "sok_lite_cuda_init_rows": [ctypes.POINTER(RowInit), _P, _I64, _I64, _P, _P],
+        "sok_lite_cuda_table_clear": [_TP, _P],
+        "sok_lite_cuda_table_find_or_insert": [
+            _TP,
+            ctypes.POINTER(RowInit),
+            _P,
+            _I64,
+            _I64,
+            _P,
+            _P,
+            _P,
+            _P,
+        ],
+        "sok_lite_cuda_table_find": [_TP, _P, _I64, _P, _P, _P],
+        "sok_lite_cuda_table_export": [_TP, _I64, _P, _P, ctypes.POINTER(_P), _P, _P],
+        "sok_lite_cuda_table_rehash": [_TP, _TP, _I64, _P, _P],
+        "sok_lite_cuda_scatter_rows": [_P, _I64, _P, _I64, _P, _P],
+        "sok_lite_cuda_gather_rows_i32": [_P, _I64, _P, _I64, _P, _P],
+        "sok_lite_cuda_scatter_add_rows": [_P, _I64, _P, _I64, _P, _P],
+    }
+)
+INIT_KINDS = {"random_normal": 0, "truncated_normal": 1, "random_uniform": 2, "constant": 3}
 
 
 def lib_path() -> Path:
@@ -149,3 +230,196 @@ class Kernels:
     def apply_rows(self, kind, lr, weight_decay, params, rows, grads, var, slots):
         rc = self.apply_rows_rc(kind, lr, weight_decay, params, rows, grads, var, slots)
         _check(f"apply_rows({kind})", rc)
+
+    # --- ids -----------------------------------------------------------------------------------
+
+    def check_ragged(
+        self, row_splits, ids=None, num_rows=-1, hotness=0, inverse=None, num_unique=0
+    ):
+        """The four first-failing indices (numpy uint64; 2^64 - 1 = passed)."""
+        import cupy
+
+        bad = cupy.zeros(4, dtype=cupy.uint64)
+        n = (ids if ids is not None else inverse).size
+        rc = self.lib.sok_lite_cuda_check_ragged(
+            _ptr(row_splits),
+            row_splits.size - 1,
+            n,
+            _ptr(ids),
+            num_rows,
+            hotness,
+            _ptr(inverse),
+            num_unique,
+            _ptr(bad),
+            _stream(),
+        )
+        _check("check_ragged", rc)
+        return bad.get()
+
+    def unique_ids(self, ids, unique, inverse, counts=None) -> int:
+        """Fills the given (pre-allocated) outputs; returns the number of unique ids."""
+        import cupy
+
+        size = ctypes.c_size_t()
+        _check(
+            "unique_workspace_size", self.lib.sok_lite_cuda_unique_workspace_size(ids.size, size)
+        )
+        workspace = cupy.empty(max(size.value, 1), dtype=cupy.uint8)
+        num_unique = cupy.full(1, -7, dtype=cupy.int64)
+        rc = self.lib.sok_lite_cuda_unique_ids(
+            _ptr(ids),
+            ids.size,
+            _ptr(unique),
+            _ptr(inverse),
+            _ptr(counts),
+            _ptr(num_unique),
+            _ptr(workspace),
+            size.value,
+            _stream(),
+        )
+        _check("unique_ids", rc)
+        return int(num_unique.get()[0])
+
+    def partition_by_owner(self, uniques, owners, num_ranks, counts, message, splits, send_pos):
+        import cupy
+
+        tables = len(uniques)
+        total = sum(u.size for u in uniques)
+        size = ctypes.c_size_t()
+        rc = self.lib.sok_lite_cuda_partition_workspace_size(total, num_ranks, tables, size)
+        _check("partition_workspace_size", rc)
+        workspace = cupy.empty(max(size.value, 1), dtype=cupy.uint8)
+        rc = self.lib.sok_lite_cuda_partition_by_owner(
+            (_P * tables)(*[_ptr(u) for u in uniques]),
+            (_I64 * tables)(*[u.size for u in uniques]),
+            (_I64 * tables)(*owners),
+            tables,
+            num_ranks,
+            _ptr(counts),
+            _ptr(message),
+            _ptr(splits),
+            _ptr(send_pos),
+            _ptr(workspace),
+            size.value,
+            _stream(),
+        )
+        _check("partition_by_owner", rc)
+
+    def init_rows(self, kind, seed, a, b, ids, out):
+        init = RowInit(INIT_KINDS[kind], seed, a, b)
+        rc = self.lib.sok_lite_cuda_init_rows(
+            ctypes.byref(init), _ptr(ids), ids.size, out.shape[1], _ptr(out), _stream()
+        )
+        _check("init_rows", rc)
+
+    # --- row copies ----------------------------------------------------------------------------
+
+    def copy_rows(self, which, src, positions, dst):
+        """which: scatter_rows | gather_rows_i32 | scatter_add_rows."""
+        fn = getattr(self.lib, f"sok_lite_cuda_{which}")
+        rc = fn(_ptr(src), dst.shape[1], _ptr(positions), positions.size, _ptr(dst), _stream())
+        _check(which, rc)
+
+
+class DeviceTable:
+    """A SokLiteCudaTable whose arrays are CuPy arrays owned by this object."""
+
+    def __init__(self, lib, capacity, dim, max_size=None, slot_init=()):
+        import cupy
+
+        self.lib = lib
+        self.keys = cupy.zeros(capacity, dtype=cupy.int64)
+        self.state = cupy.zeros(capacity, dtype=cupy.int32)
+        self.last_seen = cupy.zeros(capacity, dtype=cupy.int64)
+        self.values = cupy.full((capacity, dim), np.nan, dtype=cupy.float32)
+        self.slots = [cupy.full((capacity, dim), np.nan, cupy.float32) for _ in slot_init]
+        self.size_buf = cupy.zeros(1, dtype=cupy.int64)
+        self.struct = TableStruct(
+            keys=_ptr(self.keys),
+            state=_ptr(self.state),
+            last_seen=_ptr(self.last_seen),
+            values=_ptr(self.values),
+            slots=(_P * 3)(*[_ptr(s) for s in self.slots]),
+            slot_init=(ctypes.c_float * 3)(*slot_init),
+            num_slots=len(slot_init),
+            dim=dim,
+            capacity=capacity,
+            max_size=capacity * 3 // 4 if max_size is None else max_size,
+            size=_ptr(self.size_buf),
+        )
+        self.clear()
+
+    def clear(self):
+        _check(
+            "table_clear", self.lib.sok_lite_cuda_table_clear(ctypes.byref(self.struct), _stream())
+        )
+
+    def size(self) -> int:
+        return int(self.size_buf.get()[0])
+
+    def find_or_insert(self, keys, step, slots_out, values_out, init) -> int:
+        """Returns the number of keys that found no room."""
+        import cupy
+
+        failed = cupy.full(1, -7, dtype=cupy.int64)
+        kind, seed, a, b = init
+        c_init = RowInit(INIT_KINDS[kind], seed, a, b)
+        rc = self.lib.sok_lite_cuda_table_find_or_insert(
+            ctypes.byref(self.struct),
+            ctypes.byref(c_init),
+            _ptr(keys),
+            keys.size,
+            step,
+            _ptr(slots_out),
+            _ptr(values_out),
+            _ptr(failed),
+            _stream(),
+        )
+        _check("table_find_or_insert", rc)
+        return int(failed.get()[0])
+
+    def find(self, keys, slots_out, values_out=None):
+        rc = self.lib.sok_lite_cuda_table_find(
+            ctypes.byref(self.struct),
+            _ptr(keys),
+            keys.size,
+            _ptr(slots_out),
+            _ptr(values_out),
+            _stream(),
+        )
+        _check("table_find", rc)
+
+    def export(self, max_out):
+        """(count, keys, values, slots) with count possibly above max_out."""
+        import cupy
+
+        keys = cupy.full(max_out, -7, dtype=cupy.int64)
+        values = cupy.full((max_out, self.struct.dim), np.nan, dtype=cupy.float32)
+        slots = [cupy.full((max_out, self.struct.dim), np.nan, cupy.float32) for _ in self.slots]
+        count = cupy.full(1, -7, dtype=cupy.int64)
+        c_slots = (_P * max(len(slots), 1))(*[_ptr(s) for s in slots])
+        rc = self.lib.sok_lite_cuda_table_export(
+            ctypes.byref(self.struct),
+            max_out,
+            _ptr(keys),
+            _ptr(values),
+            c_slots,
+            _ptr(count),
+            _stream(),
+        )
+        _check("table_export", rc)
+        return int(count.get()[0]), keys, values, slots
+
+    def rehash_into(self, dst, min_last_seen) -> int:
+        import cupy
+
+        failed = cupy.full(1, -7, dtype=cupy.int64)
+        rc = self.lib.sok_lite_cuda_table_rehash(
+            ctypes.byref(self.struct),
+            ctypes.byref(dst.struct),
+            min_last_seen,
+            _ptr(failed),
+            _stream(),
+        )
+        _check("table_rehash", rc)
+        return int(failed.get()[0])

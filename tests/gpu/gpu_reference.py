@@ -114,3 +114,104 @@ def apply_rows(kind, lr, wd, p, rows, grads, var, slots):
     var[rows] = w
     for slot, value in zip(slots, s):
         slot[rows] = value
+
+
+# --- ids, owners, initial rows (kernels/core/unique.cc, exchange.*, row_init.cc) ---------------
+
+U64 = np.uint64
+_GOLDEN = U64(0x9E3779B97F4A7C15)
+_M1, _M2 = U64(0xBF58476D1CE4E5B9), U64(0x94D049BB133111EB)
+
+
+def splitmix(x):
+    """splitmix64 step on a uint64 array (NumPy array arithmetic wraps, as C++ does)."""
+    x = np.atleast_1d(np.asarray(x, dtype=U64)) + _GOLDEN
+    x = (x ^ (x >> U64(30))) * _M1
+    x = (x ^ (x >> U64(27))) * _M2
+    return x ^ (x >> U64(31))
+
+
+def hash_owner(keys, num_ranks):
+    return (splitmix(np.asarray(keys).view(U64)) % U64(num_ranks)).astype(np.int64)
+
+
+def unique_ids(ids):
+    """(unique in first-occurrence order, inverse int32, counts int32), as core UniqueIds."""
+    values, first, inverse, counts = np.unique(
+        ids, return_index=True, return_inverse=True, return_counts=True
+    )
+    order = np.argsort(first, kind="stable")
+    renumber = np.empty_like(order)
+    renumber[order] = np.arange(order.size)
+    return values[order], renumber[inverse].astype(np.int32), counts[order].astype(np.int32)
+
+
+def owner_of(owner, ids, num_ranks):
+    if owner == -1:
+        return ids % num_ranks, ids // num_ranks
+    if owner == -2:
+        return hash_owner(ids, num_ranks), ids
+    return np.full(ids.size, owner, np.int64), ids
+
+
+def partition_by_owner(uniques, owners, num_ranks):
+    """(counts, message, splits, send_pos) exactly as core PartitionByOwner."""
+    num_tables = len(uniques)
+    placed = [owner_of(o, u, num_ranks) for o, u in zip(owners, uniques)]
+    counts = np.zeros(num_ranks * num_tables, np.int64)
+    message, send_pos, splits = [], [], []
+    for r in range(num_ranks):
+        per_table = [np.flatnonzero(ranks == r) for ranks, _ in placed]
+        counts[r * num_tables : (r + 1) * num_tables] = [p.size for p in per_table]
+        message.extend(p.size for p in per_table)
+        for (_, local), picked in zip(placed, per_table):
+            message.extend(local[picked])
+            send_pos.extend(picked)
+        splits.append(num_tables + sum(p.size for p in per_table))
+    return (
+        counts,
+        np.asarray(message, np.int64),
+        np.asarray(splits, np.int64),
+        np.asarray(send_pos, np.int32),
+    )
+
+
+INIT_KINDS = {"random_normal": 0, "truncated_normal": 1, "random_uniform": 2, "constant": 3}
+
+
+def _uniform(seed, ids, cols, draw):
+    s = splitmix(U64(seed))
+    h = splitmix(s ^ ids.view(U64))
+    h = splitmix(h ^ (cols.astype(U64) * U64(0x100000001B3)) ^ (draw.astype(U64) << U64(40)))
+    return ((h >> U64(11)).astype(np.float64) + 0.5) * (1.0 / 9007199254740992.0)
+
+
+def _normal(seed, ids, cols, draw):
+    u1 = _uniform(seed, ids, cols, 2 * draw)
+    u2 = _uniform(seed, ids, cols, 2 * draw + 1)
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(6.283185307179586 * u2)
+
+
+def init_rows(kind, seed, a, b, ids, dim):
+    """[n, dim] float32 initial rows, as core InitRows."""
+    ids = np.asarray(ids, np.int64)
+    grid_ids = np.repeat(ids, dim)
+    cols = np.tile(np.arange(dim, dtype=np.int64), ids.size)
+    zero = np.zeros(grid_ids.size, np.int64)
+    if kind == "random_normal":
+        v = a + b * _normal(seed, grid_ids, cols, zero)
+    elif kind == "truncated_normal":
+        z = _normal(seed, grid_ids, cols, zero)
+        draw = zero.copy()
+        while True:
+            redo = np.abs(z) > 2.0
+            if not redo.any():
+                break
+            draw[redo] += 1
+            z[redo] = _normal(seed, grid_ids[redo], cols[redo], draw[redo])
+        v = a + b * z
+    elif kind == "random_uniform":
+        v = a + (b - a) * _uniform(seed, grid_ids, cols, zero)
+    else:
+        v = np.full(grid_ids.size, a)
+    return v.astype(F32).reshape(ids.size, dim)

@@ -1,0 +1,68 @@
+"""The GPU op library (kernels/tf_gpu + kernels/cuda) must build with CMake against the installed
+TF headers, and load next to the CPU library (its kernels register for DEVICE_GPU even where TF
+has no GPU). No GPU is needed; skipped where nvcc or cmake is absent.
+
+The build goes to a temporary directory with at most 2 parallel jobs and builds only the
+sok_lite_gpu_ops target: the CPU library in sok_lite/ is never touched.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def find_nvcc():
+    candidates = [os.environ.get("NVCC"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
+    return next((c for c in candidates if c and Path(c).exists()), None)
+
+
+@pytest.fixture(scope="module")
+def gpu_library(tmp_path_factory):
+    nvcc = find_nvcc()
+    if nvcc is None or shutil.which("cmake") is None:
+        pytest.skip("nvcc or cmake not found")
+    build = tmp_path_factory.mktemp("gpu_ops")
+    configure = [
+        "cmake",
+        "-S",
+        str(ROOT),
+        "-B",
+        str(build),
+        f"-DPython3_EXECUTABLE={sys.executable}",
+        f"-DCMAKE_CUDA_COMPILER={nvcc}",
+        "-DSOK_LITE_WITH_CUDA=ON",
+        "-DCMAKE_BUILD_TYPE=Release",
+    ]
+    done = subprocess.run(configure, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    compile_cmd = ["cmake", "--build", str(build), "--target", "sok_lite_gpu_ops", "-j", "2"]
+    done = subprocess.run(compile_cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-20000:] + done.stderr[-20000:]
+    library = build / "_sok_lite_gpu_ops.so"
+    assert library.exists()
+    return library
+
+
+def test_gpu_library_builds_without_touching_the_cpu_library(gpu_library):
+    assert gpu_library.stat().st_size > 0
+    assert not list((ROOT / "sok_lite").glob("_sok_lite_gpu_ops*.so"))
+
+
+def test_gpu_library_loads_after_the_cpu_library(gpu_library):
+    """Every TF symbol resolves and the DEVICE_GPU registrations match registered ops."""
+    script = (
+        "import tensorflow as tf\n"
+        "from sok_lite._loader import ops\n"
+        "ops()\n"
+        f"tf.load_op_library({str(gpu_library)!r})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
