@@ -282,6 +282,19 @@ def load(path, variables, optimizer=None) -> None:
 
     Raises:
       CheckpointError (a ValueError): naming the file and the problem.
+
+    >>> import pathlib, tempfile, numpy as np, sok_lite as sok
+    >>> table = sok.Variable(np.arange(6).reshape(3, 2), dtype="float32")
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "step100"
+    >>> sok.dump(path, [table])
+    >>> _ = table.assign(np.zeros([3, 2]))
+    >>> sok.load(path, [table])
+    >>> table.numpy().tolist()
+    [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    >>> sok.load(path.parent / "missing", [table])
+    Traceback (most recent call last):
+    ...
+    sok_lite.checkpoint.CheckpointError: ...
     """
     communicator = comm.current()
     paths = [pathlib.Path(p) for p in (path if isinstance(path, (list, tuple)) else [path])]

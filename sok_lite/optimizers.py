@@ -2,6 +2,13 @@
 
 Each is the Keras 3 optimizer of the same name wrapped in OptimizerWrapper, so it runs the same
 fused kernels as OptimizerScope; dense variables passed to it are updated by Keras.
+
+>>> import numpy as np, tensorflow as tf, sok_lite as sok
+>>> table = sok.Variable(np.ones([3, 2]), dtype=tf.float32)
+>>> grad = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([1], tf.int64))
+>>> _ = sok.optimizers.SGD(0.5).apply_gradients([(grad, table)])
+>>> table.numpy().tolist()
+[[1.0, 1.0], [0.5, 0.5], [1.0, 1.0]]
 """
 
 import keras
