@@ -95,6 +95,14 @@ def _static_chunks(var, optimizer, communicator, since_step=None):
 def _dynamic_chunks(var, optimizer, since_step=None):
     keys, rows = var.export(with_slots=optimizer is not None, since_step=since_step)
     keys, rows = keys.numpy().astype(np.int64), rows.numpy()
+    if optimizer is not None:
+        # A table the optimizer has not stepped yet has no slots laid out: save the values
+        # its slots will start from, so that every checkpoint row has the manifest's width.
+        fills = [fill for _, fill in rule_for(optimizer).slots]
+        missing = fills[rows.shape[1] // var.dimension - 1 :]
+        if missing:
+            pad = np.repeat(np.float32(missing), var.dimension)
+            rows = np.concatenate([rows, np.broadcast_to(pad, (len(rows), len(pad)))], axis=1)
     for start in range(0, max(len(keys), 1), CHUNK_ROWS):
         yield keys[start : start + CHUNK_ROWS], rows[start : start + CHUNK_ROWS]
 

@@ -195,3 +195,30 @@ def test_a_chain_must_start_with_a_full_dump(trained, tmp_path):
         sok.load([tmp_path / "inc"], make_tables(1), keras.optimizers.Adam(0.05))
     with pytest.raises(ValueError, match="needs the optimizer"):
         sok.dump(tmp_path / "x", tables, since_step=3)
+
+
+def test_dynamic_table_the_optimizer_never_stepped_round_trips_with_its_slots(tmp_path):
+    def build():
+        static = sok.Variable(np.arange(12, dtype=np.float32).reshape(6, 2), name="static")
+        dynamic = sok.DynamicVariable(2, initializer="random_uniform", name="dynamic")
+        return static, dynamic
+
+    static, dynamic = build()
+    opt = keras.optimizers.Adam(0.1)
+    sok.lookup_sparse(dynamic, tf.ragged.constant([[5, -3], [2**62]], dtype=tf.int64))
+    with sok.OptimizerScope([static, dynamic]):
+        with tf.GradientTape() as tape:
+            out = sok.lookup_sparse(static, tf.ragged.constant([[1, 4]], dtype=tf.int64))
+        opt.apply_gradients([(tape.gradient(tf.reduce_sum(out), static), static)])
+    sok.dump(str(tmp_path / "ck"), [static, dynamic], opt)
+
+    fresh_static, fresh_dynamic = build()
+    fresh_opt = keras.optimizers.Adam(0.1)
+    sok.load(str(tmp_path / "ck"), [fresh_static, fresh_dynamic], fresh_opt)
+    np.testing.assert_array_equal(fresh_static.numpy(), static.numpy())
+    keys, rows = (x.numpy() for x in dynamic.export(with_slots=True))
+    fresh_keys, fresh_rows = (x.numpy() for x in fresh_dynamic.export(with_slots=True))
+    assert sorted(fresh_keys) == sorted(keys) and fresh_rows.shape == (3, 6)
+    order, fresh_order = np.argsort(keys), np.argsort(fresh_keys)
+    np.testing.assert_array_equal(fresh_rows[fresh_order, :2], rows[order, :2])
+    np.testing.assert_array_equal(fresh_rows[:, 2:], 0)  # Adam's m and v start at 0
