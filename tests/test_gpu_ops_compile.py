@@ -6,6 +6,7 @@ The build goes to a temporary directory with at most 2 parallel jobs and builds 
 sok_lite_gpu_ops target: the CPU library in sok_lite/ is never touched.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -66,3 +67,49 @@ def test_gpu_library_loads_after_the_cpu_library(gpu_library):
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=ROOT
     )
     assert done.returncode == 0, done.stderr[-5000:]
+
+
+GPU_OPS = {
+    "SokLiteUniqueIds": set(),
+    "SokLiteGatherRows": set(),
+    "SokLiteSegmentCombine": set(),
+    "SokLiteSegmentCombineGrad": {"num_unique"},
+    "SokLiteSparseApply": {"hyper"},
+    "SokLiteInitRows": set(),
+    "SokLitePartitionByOwner": set(),
+    "SokLiteGatherForPeers": {"splits", "vector_splits"},
+    "SokLiteUnpackRows": {"counts"},
+    "SokLitePackRows": {"counts"},
+    "SokLiteReduceForOwner": {"splits"},
+}
+
+
+def test_gpu_kernels_are_registered_with_their_host_memory_args(gpu_library):
+    """Each op has one DEVICE_GPU kernel; its host-memory names are arguments of the op (TF
+    only checks them when it first builds the kernel, which needs a GPU)."""
+    script = (
+        "import json\n"
+        "import tensorflow as tf\n"
+        "from tensorflow.python.framework import kernels, op_def_registry\n"
+        "from sok_lite._loader import ops\n"
+        "ops()\n"
+        f"tf.load_op_library({str(gpu_library)!r})\n"
+        f"names = {sorted(GPU_OPS)!r}\n"
+        "found = {}\n"
+        "for name in names:\n"
+        "    op = op_def_registry.get(name)\n"
+        "    args = {a.name for a in list(op.input_arg) + list(op.output_arg)}\n"
+        "    gpu = [k for k in kernels.get_registered_kernels_for_op(name).kernel\n"
+        "           if k.device_type == 'GPU']\n"
+        "    found[name] = [sorted(k.host_memory_arg) for k in gpu]\n"
+        "    found[name + ':args'] = sorted(args)\n"
+        "print(json.dumps(found))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, host_args in GPU_OPS.items():
+        assert found[name] == [sorted(host_args)], name
+        assert host_args <= set(found[name + ":args"]), name

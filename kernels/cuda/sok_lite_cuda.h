@@ -123,6 +123,22 @@ cudaError_t sok_lite_cuda_partition_by_owner(const int64_t* const* unique,
                                              void* workspace, size_t workspace_bytes,
                                              cudaStream_t stream);
 
+// Range check of values grouped in num_segments segments: segment s holds
+// values[begin[s] + j] for j in [0, ends[s] - ends[s - 1]) (ends: inclusive prefix sums of the
+// segment sizes, ends[-1] = 0, total = ends[num_segments - 1]), each of which must lie in
+// [0, limit[s]) (limit[s] < 0: only >= 0 is required). begin, ends and limit are device arrays;
+// bad (device, num_segments x uint64) receives per segment the first failing j, or UINT64_MAX.
+cudaError_t sok_lite_cuda_check_segments(const int64_t* values, const int64_t* begin,
+                                         const int64_t* ends, const int64_t* limit,
+                                         int64_t num_segments, int64_t total, uint64_t* bad,
+                                         cudaStream_t stream);
+
+// The same for int32 values (send positions).
+cudaError_t sok_lite_cuda_check_segments_i32(const int32_t* values, const int64_t* begin,
+                                             const int64_t* ends, const int64_t* limit,
+                                             int64_t num_segments, int64_t total, uint64_t* bad,
+                                             cudaStream_t stream);
+
 // ---------------------------------------------------------------------------------------------
 // Row initialization and the dynamic (hash) table.
 

@@ -121,6 +121,8 @@ _SIGNATURES.update(
         "sok_lite_cuda_table_find": [_TP, _P, _I64, _P, _P, _P],
         "sok_lite_cuda_table_export": [_TP, _I64, _P, _P, ctypes.POINTER(_P), _P, _P],
         "sok_lite_cuda_table_rehash": [_TP, _TP, _I64, _P, _P],
+        "sok_lite_cuda_check_segments": [_P, _P, _P, _P, _I64, _I64, _P, _P],
+        "sok_lite_cuda_check_segments_i32": [_P, _P, _P, _P, _I64, _I64, _P, _P],
         "sok_lite_cuda_scatter_rows": [_P, _I64, _P, _I64, _P, _P],
         "sok_lite_cuda_gather_rows_i32": [_P, _I64, _P, _I64, _P, _P],
         "sok_lite_cuda_scatter_add_rows": [_P, _I64, _P, _I64, _P, _P],
@@ -304,6 +306,30 @@ class Kernels:
             _stream(),
         )
         _check("partition_by_owner", rc)
+
+    def check_segments(self, values, begin, counts, limit):
+        """Per segment the first failing j (numpy uint64; 2^64 - 1 = passed)."""
+        import cupy
+
+        begin, limit = cupy.asarray(begin, cupy.int64), cupy.asarray(limit, cupy.int64)
+        ends = cupy.asarray(np.cumsum(np.asarray(counts, np.int64)), cupy.int64)
+        bad = cupy.zeros(max(begin.size, 1), dtype=cupy.uint64)
+        fn = self.lib.sok_lite_cuda_check_segments
+        if values.dtype == np.int32:
+            fn = self.lib.sok_lite_cuda_check_segments_i32
+        total = int(ends[-1]) if ends.size else 0
+        rc = fn(
+            _ptr(values),
+            _ptr(begin),
+            _ptr(ends),
+            _ptr(limit),
+            begin.size,
+            total,
+            _ptr(bad),
+            _stream(),
+        )
+        _check("check_segments", rc)
+        return bad.get()[: begin.size]
 
     def init_rows(self, kind, seed, a, b, ids, out):
         init = RowInit(INIT_KINDS[kind], seed, a, b)

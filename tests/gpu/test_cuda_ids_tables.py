@@ -1,9 +1,9 @@
 """Checks the id and dynamic-table launchers of kernels/cuda against NumPy references.
 
-Covers check_ragged, unique_ids, partition_by_owner, init_rows, the row copies and the hash
-table (find-or-insert, find, export, growth and eviction by rehash). Needs CuPy and a CUDA
-device (skipped otherwise). Outputs are poisoned before each launch and compared element by
-element; int64 extremes are ordinary keys.
+Covers check_ragged, check_segments, unique_ids, partition_by_owner, init_rows, the row copies
+and the hash table (find-or-insert, find, export, growth and eviction by rehash). Needs CuPy and
+a CUDA device (skipped otherwise). Outputs are poisoned before each launch and compared element
+by element; int64 extremes are ordinary keys.
 """
 
 import subprocess
@@ -76,6 +76,42 @@ def test_check_ragged(kernels):
     short = cp.asarray(np.array([0, 2, 4], np.int64))
     assert kernels.check_ragged(short, ids)[0] == 2
     assert (kernels.check_ragged(splits, ids, -1) == PASSED).all()  # any key value
+
+
+def reference_check_segments(values, begin, counts, limit):
+    bad = []
+    for b, c, lim in zip(begin, counts, limit):
+        seg = values[b : b + c].astype(np.int64)
+        fails = np.flatnonzero((seg < 0) | ((lim >= 0) & (seg >= lim)))
+        bad.append(fails[0] if fails.size else PASSED)
+    return np.array(bad, np.uint64)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_check_segments(kernels, dtype):
+    rng = np.random.default_rng(3)
+    values = rng.integers(0, 50, size=20_000).astype(dtype)
+    # Segments out of order, one empty, one spanning most values, one without an upper bound.
+    begin = [100, 0, 5_000, 7, 400]
+    counts = [300, 90, 15_000, 0, 4_000]
+    limit = [50, 50, 50, 3, -1]
+    device = cp.asarray(values)
+    got = kernels.check_segments(device, begin, counts, limit)
+    assert list(got) == [PASSED] * 5
+    values[[150, 160, 5_000 + 9_999, 401]] = [50, -1, 77, np.iinfo(dtype).min]
+    limit[1] = 49  # a tighter bound: 49 fails at j = 60 and 88, nothing else does
+    values[:90] = rng.integers(0, 49, size=90)
+    values[[60, 88]] = 49
+    device = cp.asarray(values)
+    got = kernels.check_segments(device, begin, counts, limit)
+    assert list(got) == list(reference_check_segments(values, begin, counts, limit))
+    assert list(got) == [50, 60, 9_999, PASSED, 1]
+
+
+def test_check_segments_empty(kernels):
+    values = cp.asarray(np.zeros(1, np.int64))
+    assert kernels.check_segments(values, [], [], []).size == 0
+    assert list(kernels.check_segments(values, [0], [0], [5])) == [PASSED]
 
 
 # --- unique_ids --------------------------------------------------------------------------------
