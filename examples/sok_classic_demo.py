@@ -7,13 +7,17 @@ from a planted logistic model over the ids, so the loss has something to learn.
 
     python examples/sok_classic_demo.py
     horovodrun -np 2 -H localhost:2 --gloo python examples/sok_classic_demo.py
+    python examples/sok_classic_demo.py --distributed_tool mirrored
+    TF_CONFIG=... python examples/sok_classic_demo.py --distributed_tool multiworker  # per worker
 
-Under Horovod each rank feeds its share of the global batch; the dense gradients are all-reduced
-and the initial dense weights broadcast from rank 0, while the embedding gradients stay on the
-rank that owns the rows (the lookup already sent them there).
+Each rank (a Horovod process, or a replica of a tf.distribute strategy) feeds its share of the
+global batch; the dense gradients are all-reduced and the initial dense weights are the same on
+every rank (Horovod: broadcast from rank 0; strategies: mirrored variables), while the embedding
+gradients stay on the rank that owns the rows (the lookup already sent them there).
 """
 
 import argparse
+import contextlib
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -86,6 +90,20 @@ def synthetic_batches(args, vocabulary_size):
     return ids.astype(np.int64), labels[..., np.newaxis]
 
 
+def make_strategy(distributed_tool: str):
+    """The tf.distribute strategy of --distributed_tool, None for Horovod / one process.
+
+    mirrored: one replica per GPU, or per logical CPU device on a machine without GPUs.
+    """
+    if distributed_tool == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = gpus or tf.config.list_logical_devices("CPU")
+        return tf.distribute.MirroredStrategy([d.name for d in devices])
+    if distributed_tool == "multiworker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return None
+
+
 def main(argv=None):
     """Trains the demo; returns the global loss of every step."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -101,30 +119,49 @@ def main(argv=None):
     parser.add_argument("--dense_learning_rate", type=float, default=3e-4)
     parser.add_argument("--print_every", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--distributed_tool",
+        choices=("horovod", "mirrored", "multiworker"),
+        default="horovod",
+        help="horovod: one rank per horovodrun process (one process without horovodrun); "
+        "mirrored: tf.distribute.MirroredStrategy; multiworker: MultiWorkerMirroredStrategy "
+        "(one process per worker, TF_CONFIG set)",
+    )
     args = parser.parse_args(argv)
 
-    if hvd is not None:
+    strategy = make_strategy(args.distributed_tool)
+    use_hvd = strategy is None and hvd is not None
+    if use_hvd:
         hvd.init()
-    # Chooses Horovod once hvd.init() has run, else one process, and records the global batch.
-    sok.Init(global_batch_size=args.global_batch_size)
-    rank, num_ranks = sok.rank(), sok.num_ranks()
+
+    def scope():
+        return strategy.scope() if strategy else contextlib.nullcontext()
+
+    with scope():
+        # Chooses Horovod once hvd.init() has run, else the strategy in scope, else one
+        # process, and records the global batch.
+        sok.Init(global_batch_size=args.global_batch_size)
+    num_ranks = sok.num_ranks()
     local_batch = args.global_batch_size // num_ranks
     keras.utils.set_random_seed(args.seed)
 
-    model = SOKDenseDemo(
-        max_vocabulary_size_per_gpu=args.max_vocabulary_size_per_gpu,
-        embedding_vec_size=args.embedding_vec_size,
-        slot_num=args.slot_num,
-        nnz_per_slot=args.nnz_per_slot,
-        num_dense_layers=args.num_dense_layers,
-        dense_units=args.dense_units,
-    )
-    emb_opt = keras.optimizers.Adam(args.embedding_learning_rate)
-    dense_opt = keras.optimizers.Adam(args.dense_learning_rate)
+    with scope():
+        model = SOKDenseDemo(
+            max_vocabulary_size_per_gpu=args.max_vocabulary_size_per_gpu,
+            embedding_vec_size=args.embedding_vec_size,
+            slot_num=args.slot_num,
+            nnz_per_slot=args.nnz_per_slot,
+            num_dense_layers=args.num_dense_layers,
+            dense_units=args.dense_units,
+        )
+        emb_opt = keras.optimizers.Adam(args.embedding_learning_rate)
+        dense_opt = keras.optimizers.Adam(args.dense_learning_rate)
     loss_fn = keras.losses.BinaryCrossentropy(from_logits=True, reduction=None)
 
     all_ids, all_labels = synthetic_batches(args, args.max_vocabulary_size_per_gpu * num_ranks)
-    share = slice(rank * local_batch, (rank + 1) * local_batch)  # this rank's samples
+
+    def share(rank):  # the samples of `rank` in each global batch
+        return slice(rank * local_batch, (rank + 1) * local_batch)
 
     def replica_loss(labels, logits):
         # This rank's share of the mean over the GLOBAL batch, so that the embedding gradients,
@@ -133,16 +170,16 @@ def main(argv=None):
             loss_fn(labels, logits), global_batch_size=args.global_batch_size
         )
 
-    @tf.function
-    def train_step(ids, labels):
+    def rank_step(ids, labels):
         with tf.GradientTape() as tape:
             loss = replica_loss(labels, model(ids, training=True))
         emb_vars, other_vars = sok.split_embedding_variable_from_others(model.trainable_variables)
         emb_grads, grads = tape.gradient(loss, [emb_vars, other_vars])
-        if hvd is not None:
-            # Each rank's loss is its share of the global mean: the sum over ranks of the dense
-            # gradients is the gradient of that mean. Embedding gradients are not all-reduced:
-            # they already hold every rank's contribution to this rank's rows.
+        # Each rank's loss is its share of the global mean: the sum over ranks of the dense
+        # gradients is the gradient of that mean. Embedding gradients are not all-reduced:
+        # they already hold every rank's contribution to this rank's rows. (Under a strategy,
+        # Keras' apply_gradients sums the dense gradients over replicas itself.)
+        if use_hvd:
             grads = hvd.grouped_allreduce(grads, op=hvd.Sum)
             loss = hvd.allreduce(loss, op=hvd.Sum)
         with sok.OptimizerScope(emb_vars):
@@ -150,18 +187,48 @@ def main(argv=None):
         dense_opt.apply_gradients(zip(grads, other_vars))
         return loss
 
-    model(all_ids[0, share])  # creates the weights (on every rank: the lookup is collective)
-    if hvd is not None:
+    @tf.function
+    def train_step(ids, labels):
+        if strategy is None:
+            return rank_step(ids, labels)
+        losses = strategy.run(rank_step, args=(ids, labels))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+    def step_inputs(step):
+        """This process's inputs of `step`: its share, or one share per local replica."""
+        if strategy is None:
+            return all_ids[step, share(sok.rank())], all_labels[step, share(sok.rank())]
+        return tuple(
+            strategy.experimental_distribute_values_from_function(
+                lambda ctx, x=x: x[step, share(ctx.replica_id_in_sync_group)]
+            )
+            for x in (all_ids, all_labels)
+        )
+
+    # Creates the weights (on every rank: the lookup is collective) and the dense optimizer's
+    # slots, outside the step function (a strategy creates its mirrored variables there).
+    with scope():
+        if strategy is None:
+            model(step_inputs(0)[0])
+        else:
+            strategy.run(model, args=(step_inputs(0)[0],))
+        dense_opt.build(sok.split_embedding_variable_from_others(model.trainable_variables)[1])
+    if use_hvd:
         # Keras 3 weights are not tf.Variables, which hvd.broadcast_variables expects.
         _, other_vars = sok.split_embedding_variable_from_others(model.trainable_variables)
         for v in other_vars:
             v.assign(hvd.broadcast(tf.convert_to_tensor(v), root_rank=0))
 
+    if strategy is None:
+        first_process = sok.rank() == 0
+    else:  # MirroredStrategy has no cluster resolver: a single process
+        resolver = strategy.cluster_resolver
+        first_process = resolver is None or not resolver.task_id
     losses = []
     for step in range(args.steps):
-        loss = float(train_step(all_ids[step, share], all_labels[step, share]))
+        loss = float(train_step(*step_inputs(step)))
         losses.append(loss)
-        if rank == 0 and ((step + 1) % args.print_every == 0 or step == 0):
+        if first_process and ((step + 1) % args.print_every == 0 or step == 0):
             print(f"step {step + 1:4d}  loss {loss:.4f}", flush=True)
     return losses
 

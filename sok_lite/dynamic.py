@@ -7,7 +7,8 @@ import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite._compat import BaseResourceVariable
-from sok_lite.initializers import row_initializer
+from sok_lite.comm.shards import create_shards
+from sok_lite.initializers import RowInitializer, row_initializer
 from sok_lite.ops import dynamic_ops
 
 _table_ids = itertools.count()
@@ -45,7 +46,21 @@ class DynamicVariable(BaseResourceVariable):
     >>> out = sok.lookup_sparse(table, tf.ragged.constant([[2**40, -7]], dtype=tf.int64))
     >>> out.numpy().tolist(), int(table.size())
     ([[2.0, 2.0, 2.0, 2.0]], 2)
+
+    Under a strategy whose process runs several replicas (MirroredStrategy), the constructor
+    returns a sok_lite.comm.shards.ReplicaShards with one table per replica.
     """
+
+    def __new__(cls, dimension, *, initializer="random_normal", **kwargs):
+        communicator = comm.current()
+        if communicator.shards_per_table == 1:
+            return super().__new__(cls)
+        # The default seed is taken once for the table: every shard initializes keys alike.
+        if not isinstance(initializer, RowInitializer):
+            initializer = row_initializer(initializer) or initializer
+        return create_shards(
+            lambda: cls(dimension, initializer=initializer, **kwargs), communicator
+        )
 
     def __init__(
         self,
@@ -73,7 +88,9 @@ class DynamicVariable(BaseResourceVariable):
             raise ValueError(f"capacity must be positive, got {capacity}")
         if min_count < 1:
             raise ValueError(f"min_count must be >= 1, got {min_count}")
-        init = row_initializer(initializer)
+        init = (
+            initializer if isinstance(initializer, RowInitializer) else row_initializer(initializer)
+        )
         if init is None:
             raise ValueError(
                 f"initializer {initializer!r} cannot be computed per key; use a Keras "
@@ -104,14 +121,17 @@ class DynamicVariable(BaseResourceVariable):
 
     @property
     def dimension(self) -> int:
+        """The row width."""
         return self._dimension
 
     @property
     def key_dtype(self) -> tf.DType:
+        """The dtype of the keys (tf.int64 or tf.int32)."""
         return self._key_dtype
 
     @property
     def mode(self) -> str:
+        """Always "hash": a row lives on the rank its key's hash selects."""
         return "hash"
 
     @property

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite._compat import ResourceVariable, variable_accessed
+from sok_lite.comm.shards import local_shard
 from sok_lite.dynamic import DynamicVariable
 from sok_lite.ops import dynamic_ops, exchange_ops, lookup_ops
 from sok_lite.ragged_input import ids_parts, weight_values
@@ -80,7 +81,9 @@ def lookup_sparse(
     [[6.0, 8.0, 10.0], [36.0, 39.0, 42.0]]
     """
     single = not isinstance(params, (list, tuple))
-    params = [params] if single else list(params)
+    # A table with one shard per replica (MirroredStrategy) is read through the running
+    # replica's shard.
+    params = [local_shard(p) for p in ([params] if single else params)]
     if single:
         sp_ids = [sp_ids]
         sp_weights = None if sp_weights is None else [sp_weights]

@@ -6,11 +6,13 @@ pair to Keras untouched. Only rows with a gradient change, their slots too.
 """
 
 import contextlib
+import threading
 
 import keras
 import tensorflow as tf
 
 from sok_lite import comm
+from sok_lite.comm.shards import ReplicaShards, local_shard, shards_of
 from sok_lite.dynamic import DynamicVariable
 from sok_lite.ops import dynamic_ops
 from sok_lite.ops.optimizer_ops import sparse_apply
@@ -34,7 +36,7 @@ def filter_variables(variables) -> tuple[list, list]:
 
 
 def _is_table(var) -> bool:
-    return isinstance(var, (Variable, DynamicVariable))
+    return isinstance(var, (Variable, DynamicVariable, ReplicaShards))
 
 
 split_embedding_variable_from_others = filter_variables
@@ -129,7 +131,12 @@ def apply_gradients(optimizer, grads_and_vars, keras_apply, is_ours):
     The optimizer's iterations advance once, as in Keras.
     """
     pairs = [(g, v) for g, v in grads_and_vars]
-    ours = [(_as_rows(g, v), v) for g, v in pairs if g is not None and is_ours(v)]
+    # Each rank applies its rows to its own shard (the running replica's, under a strategy).
+    ours = [
+        (_as_rows(g, local_shard(v)), local_shard(v))
+        for g, v in pairs
+        if g is not None and is_ours(v)
+    ]
     dense = [(g, v) for g, v in pairs if not is_ours(v)]
     if ours and getattr(optimizer, "loss_scale_factor", None):
         raise ValueError(
@@ -173,13 +180,47 @@ def _optimizer_classes() -> list[type]:
     return classes
 
 
+# The scopes entered and not yet left, in any thread. Keras is patched while there is one:
+# replicas of a MirroredStrategy enter their scopes from their own threads, interleaved.
+_active_scopes: list = []
+_saved_methods: list = []
+_scopes_lock = threading.Lock()
+
+
+def _is_ours_in_active_scopes(var) -> bool:
+    return any(scope._is_ours(var) for scope in list(_active_scopes))
+
+
+def _patch_keras() -> None:
+    for cls in _optimizer_classes():
+        original = cls.apply_gradients
+
+        def routed(opt, grads_and_vars, *args, _original=original, **kwargs):
+            return apply_gradients(
+                opt,
+                grads_and_vars,
+                lambda o, gv: _original(o, gv, *args, **kwargs),
+                _is_ours_in_active_scopes,
+            )
+
+        _saved_methods.append((cls, original))
+        cls.apply_gradients = routed
+
+
+def _restore_keras() -> None:
+    for cls, original in reversed(_saved_methods):
+        cls.apply_gradients = original
+    _saved_methods.clear()
+
+
 class OptimizerScope:
     """Inside `with OptimizerScope(tables):`, Keras optimizers update sok_lite tables row-wise.
 
     Every apply_gradients call of a Keras optimizer in the block sends the pairs whose variable
     is one of `var_list` (or any sok_lite table) to the fused row-wise kernels, with the
     optimizer's learning rate (schedules included), its other hyper-parameters and its clipping
-    and weight decay; other pairs go to Keras as usual. Leaving the block restores Keras.
+    and weight decay; other pairs go to Keras as usual. Leaving the last open block restores
+    Keras.
 
     >>> import keras, numpy as np, tensorflow as tf, sok_lite as sok
     >>> table = sok.Variable(np.ones([3, 2]), dtype=tf.float32)
@@ -192,31 +233,24 @@ class OptimizerScope:
     """
 
     def __init__(self, var_list):
-        self._refs = {v.ref() for v in var_list}
-        self._saved: list = []
+        self._refs = {s.ref() for v in var_list for s in shards_of(v)}
 
     def _is_ours(self, var) -> bool:
         # Keras 3 variables have no ref(); they are never tables.
         return _is_table(var) or (isinstance(var, tf.Variable) and var.ref() in self._refs)
 
     def __enter__(self):
-        is_ours = self._is_ours
-        for cls in _optimizer_classes():
-            original = cls.apply_gradients
-
-            def routed(opt, grads_and_vars, *args, _original=original, **kwargs):
-                return apply_gradients(
-                    opt, grads_and_vars, lambda o, gv: _original(o, gv, *args, **kwargs), is_ours
-                )
-
-            self._saved.append((cls, original))
-            cls.apply_gradients = routed
+        with _scopes_lock:
+            if not _active_scopes:
+                _patch_keras()
+            _active_scopes.append(self)
         return self
 
     def __exit__(self, *exc):
-        for cls, original in reversed(self._saved):
-            cls.apply_gradients = original
-        self._saved = []
+        with _scopes_lock:
+            _active_scopes.remove(self)
+            if not _active_scopes:
+                _restore_keras()
         return False
 
 

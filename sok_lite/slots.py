@@ -18,7 +18,7 @@ def _new_slot(var, name: str, fill: float):
     value = tf.fill(tf.shape(var), tf.cast(fill, var.dtype))
     if isinstance(var, Variable):
         return Variable.local_slot(var, value, f"{base}/{name}")
-    return tf.Variable(value, trainable=False, name=f"{base}/{name}")
+    return ResourceVariable(value, trainable=False, name=f"{base}/{name}")
 
 
 def _checkpoint_store(optimizer) -> dict:
@@ -47,7 +47,8 @@ def get_slots(optimizer, var, specs) -> list:
     missing = [(n, f) for n, f in specs if n not in per_var]
     if missing:
         store = _checkpoint_store(optimizer)
-        with tf.init_scope():
+        # On the shard's device (one per replica under MirroredStrategy), outside any function.
+        with tf.init_scope(), tf.device(var.device):
             for name, fill in missing:
                 per_var[name] = _new_slot(var, name, fill)
                 key = f"{var.name.split(':')[0]}/{name}"
@@ -72,8 +73,9 @@ def record_update(optimizer, var, rows, step) -> None:
     """Notes that optimizer step `step` changed local `rows` of static table `var`."""
     per_var = _UPDATED.setdefault(optimizer, {})
     if var.ref() not in per_var:
-        with tf.init_scope():
-            per_var[var.ref()] = tf.Variable(
+        # A plain resource variable: it follows this shard, whatever strategy is in scope.
+        with tf.init_scope(), tf.device(var.device):
+            per_var[var.ref()] = ResourceVariable(
                 tf.fill([int(var.shape[0])], tf.constant(-1, tf.int64)), trainable=False
             )
     steps = tf.fill(tf.shape(rows), step)

@@ -5,7 +5,8 @@ import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite._compat import ResourceVariable
-from sok_lite.initializers import row_initializer
+from sok_lite.comm.shards import create_shards
+from sok_lite.initializers import RowInitializer, row_initializer
 from sok_lite.placement import Placement
 
 
@@ -21,6 +22,12 @@ def _local_row_ids(placement: Placement, rows: int, rank: int, num_ranks: int) -
     if placement.kind == "distributed":
         return tf.range(rank, rows, num_ranks, dtype=tf.int64)
     return tf.range(rows if rank == placement.rank else 0, dtype=tf.int64)
+
+
+def _row_initializer(initializer) -> RowInitializer | None:
+    if isinstance(initializer, RowInitializer):
+        return initializer
+    return row_initializer("random_normal" if initializer is None else initializer)
 
 
 def _local_value(initial_value, shape, initializer, dtype, placement, rank, num_ranks):
@@ -41,7 +48,7 @@ def _local_value(initial_value, shape, initializer, dtype, placement, rank, num_
         raise ValueError(f"an embedding table must be 2-D [rows, dim], got shape {shape}")
     rows, dim = shape.as_list()
     ids = _local_row_ids(placement, rows, rank, num_ranks)
-    init = row_initializer("random_normal" if initializer is None else initializer)
+    init = _row_initializer(initializer)
     if init is not None:
         return init(ids, dim, dtype), shape
     # Any other callable(shape, dtype): evaluated on the global shape, then sliced. Correct for
@@ -76,7 +83,31 @@ class Variable(ResourceVariable):
     >>> v = sok.Variable(np.zeros([17, 3]), dtype="float32")
     >>> v.global_shape, v.mode
     (TensorShape([17, 3]), 'distributed')
+
+    Under a tf.distribute strategy whose process runs several replicas (MirroredStrategy), the
+    constructor returns a sok_lite.comm.shards.ReplicaShards: one Variable per replica, each
+    holding that replica's rows, which stands for the running replica's shard inside
+    strategy.run.
     """
+
+    def __new__(cls, initial_value=None, *, shape=None, initializer=None, **kwargs):
+        communicator = comm.current()
+        if communicator.shards_per_table == 1:
+            return super().__new__(cls)
+        # Random values are drawn (and default seeds taken) once for the table, not per shard.
+        dtype = tf.as_dtype(kwargs.get("dtype", tf.float32))
+        if initial_value is not None:
+            initial_value = _global_value(initial_value, dtype)
+        elif shape is not None:
+            init = _row_initializer(initializer)
+            if init is None:
+                initial_value = tf.cast(initializer(tf.TensorShape(shape), dtype=dtype), dtype)
+                shape = None
+            initializer = init
+        return create_shards(
+            lambda: cls(initial_value, shape=shape, initializer=initializer, **kwargs),
+            communicator,
+        )
 
     def __init__(
         self,
@@ -124,7 +155,7 @@ class Variable(ResourceVariable):
 
         Used for optimizer slots, which follow their table row for row.
         """
-        slot = cls.__new__(cls)
+        slot = ResourceVariable.__new__(cls)  # one shard, whatever the strategy
         ResourceVariable.__init__(
             slot, initial_value=local_value, trainable=False, name=name, dtype=primary.dtype
         )

@@ -1,4 +1,9 @@
-"""Communicator backends and the process-wide choice among them (sok_lite.init)."""
+"""Communicator backends and the process-wide choice among them (sok_lite.init).
+
+local: one process, one rank. horovod: one rank per Horovod process. strategy: one rank per
+replica of the tf.distribute strategy in scope (MirroredStrategy: several in one process;
+MultiWorkerMirroredStrategy: one or more per worker process).
+"""
 
 import tensorflow as tf
 
@@ -17,8 +22,13 @@ def init(comm: str = "auto", *, comm_tool: str | None = None, **sok_options) -> 
     Args:
       comm: "auto", "horovod", "strategy" or "local". "auto" picks Horovod when
         horovod.tensorflow is initialized (hvd.init() has run), else the tf.distribute strategy
-        in scope (MultiWorkerMirroredStrategy, one replica per worker), else the local
-        single-process backend. "horovod" calls hvd.init() if needed.
+        in scope (call init inside `strategy.scope()`), else the local single-process backend.
+        "horovod" calls hvd.init() if needed. "strategy" uses the strategy in scope: each
+        replica is a rank (rank = its replica id in the sync group, num_ranks =
+        num_replicas_in_sync), for MirroredStrategy (several replicas in this process; each
+        table then holds one shard per replica, see sok_lite.comm.shards) and
+        MultiWorkerMirroredStrategy. Lookups and optimizer steps then run inside
+        `strategy.run`.
 
       comm_tool: SOK 2.x's name for `comm` ("horovod"); other SOK 2.x options
         (use_legacy_optimizer, ...) are accepted and ignored.
@@ -63,7 +73,12 @@ def current() -> Communicator:
 
 
 def rank() -> int:
-    """This process's rank."""
+    """This rank: the process's, or under tf.distribute the running replica's.
+
+    Raises:
+      RuntimeError: under a strategy with several replicas in this process, outside
+        strategy.run (see current().local_ranks).
+    """
     return current().rank
 
 

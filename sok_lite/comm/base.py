@@ -18,6 +18,14 @@ class Communicator(abc.ABC):
     def num_ranks(self) -> int:
         """The number of ranks in the job."""
 
+    @property
+    def shards_per_table(self) -> int:
+        """How many shards of each new table this process creates: one per rank it runs.
+
+        Several only for a process that runs several replicas (MirroredStrategy).
+        """
+        return 1
+
     @abc.abstractmethod
     def alltoall(self, tensor: tf.Tensor, splits: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Sends tensor[sum(splits[:r]) : sum(splits[:r+1])] to rank r.

@@ -30,6 +30,20 @@ def set_trainable(table: tf.Variable, trainable: bool) -> None:
 
     A TF variable's `trainable` is read-only, but Keras freezes a layer by setting it on each
     weight. `_trainable` is what TF reads for it: a frozen table leaves the layer's trainable
-    weights and GradientTapes stop watching it.
+    weights and GradientTapes stop watching it. A ReplicaShards passes it on to its shards.
     """
     table._trainable = bool(trainable)
+
+
+def in_symbolic_build() -> bool:
+    """True while Keras traces a model only to infer shapes (backend.compute_output_spec, which
+    fit and evaluate run in cross-replica context under a tf.distribute strategy).
+
+    Keras marks that trace with its SymbolicScope; the query is private to Keras. If it moves,
+    this answers False and a lookup of per-replica tables outside strategy.run fails loudly.
+    """
+    try:
+        from keras.src.backend.common.symbolic_scope import in_symbolic_scope
+    except ImportError:
+        return False
+    return bool(in_symbolic_scope())

@@ -10,7 +10,9 @@ from collections.abc import Mapping, Sequence
 import keras
 import tensorflow as tf
 
-from sok_lite.keras._compat import set_trainable, track_table
+from sok_lite import comm
+from sok_lite.comm.strategy import StrategyCommunicator, in_replica_context
+from sok_lite.keras._compat import in_symbolic_build, set_trainable, track_table
 from sok_lite.keras.features import FeatureSpec, TableSpec, serialize_initializer, table_specs
 from sok_lite.keras.inputs import as_id_lists
 from sok_lite.lookup import lookup_sparse
@@ -47,6 +49,8 @@ class _TableLayer(keras.layers.Layer):
             as_id_lists(x, f.pad_value, f"layer {self.name!r}, feature {f.name!r}")
             for x, f in zip(inputs, features)
         ]
+        if _shape_trace_without_replica():
+            return [self._placeholder_output(x, f) for x, f in zip(ids, features)]
         outputs = lookup_sparse(
             list(tables),
             ids,
@@ -54,6 +58,12 @@ class _TableLayer(keras.layers.Layer):
             combiners=[f.combiner for f in features],
         )
         return [tf.cast(out, self.compute_dtype) for out in outputs]
+
+    def _placeholder_output(self, ids, feature: FeatureSpec) -> tf.Tensor:
+        rows = ids.dense_shape[0] if isinstance(ids, tf.SparseTensor) else ids.nrows()
+        if ids.shape[0] is not None:
+            rows = ids.shape[0]
+        return tf.zeros(tf.stack([rows, feature.output_dim]), self.compute_dtype)
 
     def _output_spec(self, inputs, feature: FeatureSpec) -> keras.KerasTensor:
         return keras.KerasTensor((inputs.shape[0], feature.output_dim), dtype=self.compute_dtype)
@@ -73,6 +83,19 @@ class _TableLayer(keras.layers.Layer):
                 weight.trainable = self._trainable
             else:
                 set_trainable(weight, self._trainable)
+
+
+def _shape_trace_without_replica() -> bool:
+    """Keras infers output shapes by tracing the model in cross-replica context (fit under a
+    strategy): no replica runs there, so no rank can take part in the exchange (and a table
+    with one shard per replica has no shard to read); the lookup is skipped."""
+    communicator = comm.current()
+    return (
+        isinstance(communicator, StrategyCommunicator)
+        and communicator.num_ranks > 1
+        and not in_replica_context()
+        and in_symbolic_build()
+    )
 
 
 @keras.saving.register_keras_serializable(package="sok_lite")

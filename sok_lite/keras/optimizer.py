@@ -5,6 +5,7 @@ import keras
 import tensorflow as tf
 
 from sok_lite import optimizer as sok_optimizer
+from sok_lite.comm.shards import shards_of
 from sok_lite.optimizer_rules import rule_for
 from sok_lite.slots import get_slots
 from sok_lite.variable import Variable
@@ -75,9 +76,10 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
         if tables:
             rule = rule_for(self.inner_optimizer)  # an unsupported optimizer fails here
             store.slots = [
-                get_slots(self.inner_optimizer, t, rule.slots)
+                get_slots(self.inner_optimizer, shard, rule.slots)
                 for t in tables
-                if isinstance(t, Variable)
+                for shard in shards_of(t)  # one per replica of this process
+                if isinstance(shard, Variable)
             ]
         self._table_slots = store
         super().build(variables)
