@@ -29,3 +29,16 @@ def test_tf_variables_still_read_trainable_from_a_private_attribute():
     assert tape.gradient(loss, table) is None
     _compat.set_trainable(table, True)
     assert table.trainable is True
+
+
+def test_keras_still_marks_its_shape_only_trace():
+    assert _compat.in_symbolic_build() is False
+    seen = []
+
+    class Probe(keras.layers.Layer):
+        def call(self, x):
+            seen.append(_compat.in_symbolic_build())
+            return x
+
+    Probe().compute_output_spec(keras.KerasTensor((2, 3)))
+    assert seen and all(seen)
