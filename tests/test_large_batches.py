@@ -1,5 +1,5 @@
-"""Batches large enough to take the kernels' big-input paths: one table's ids deduplicated over
-several threads (from 2^15 ids on) and outputs written with streaming stores (from 32 MiB on)."""
+"""Large batches: dedup of >10^5 ids with extreme int64 values, outputs large enough (32 MiB and
+more) to be written with streaming stores, and hash-table lookups of many repeated keys."""
 
 import numpy as np
 import pytest
@@ -19,7 +19,7 @@ def first_occurrence_unique(ids):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_sharded_dedup_matches_first_occurrence_order(seed):
+def test_dedup_of_many_ids_matches_first_occurrence_order(seed):
     rng = np.random.default_rng(seed)
     n = 70_000 + seed * 50_000
     ids = (rng.zipf(1.2, n) - 1) % (2**62)

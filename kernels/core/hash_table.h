@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "kernels/core/row_init.h"
-#include "kernels/core/unique.h"
 
 namespace sok_lite {
 
@@ -39,7 +38,7 @@ class HashTable {
   int64_t stride() const { return config_.dim * (1 + num_slots()); }
 
   // Runs fn over disjoint ranges covering [0, n), possibly in parallel.
-  using Runner = RangeRunner;
+  using Runner = std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
 
   // One lookup step: stored keys are marked seen; unseen keys are counted and stored once
   // admitted (evicting under the capacity policy if needed). A key counts once per step however

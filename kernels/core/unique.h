@@ -4,7 +4,6 @@
 #define SOK_LITE_KERNELS_CORE_UNIQUE_H_
 
 #include <cstdint>
-#include <functional>
 
 namespace sok_lite {
 
@@ -13,16 +12,6 @@ namespace sok_lite {
 // Returns the number of distinct values. n must be < 2^31.
 template <typename K>
 int64_t UniqueIds(const K* ids, int64_t n, K* unique, int32_t* inverse);
-
-// Runs fn over disjoint ranges covering [0, n), possibly in parallel.
-using RangeRunner = std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
-
-// UniqueIds with the same outputs (same order), split over `run`'s threads: ids are sharded by
-// hash, each shard is deduplicated on its own, and a prefix count over first occurrences gives
-// every distinct id its position. Worth it from tens of thousands of ids on.
-template <typename K>
-int64_t UniqueIdsParallel(const K* ids, int64_t n, K* unique, int32_t* inverse,
-                          const RangeRunner& run);
 
 }  // namespace sok_lite
 

@@ -18,15 +18,6 @@ inline void ParallelFor(tensorflow::OpKernelContext* ctx, int64_t total, int64_t
   tensorflow::Shard(workers->num_threads, workers->workers, total, cost_per_unit, fn);
 }
 
-// A runner for kernels/core loops whose units are large (thousands of ids each): every unit may
-// become its own task.
-inline std::function<void(int64_t, const std::function<void(int64_t, int64_t)>&)> CoarseRunner(
-    tensorflow::OpKernelContext* ctx) {
-  return [ctx](int64_t total, const std::function<void(int64_t, int64_t)>& fn) {
-    ParallelFor(ctx, total, int64_t{1} << 20, fn);
-  };
-}
-
 }  // namespace sok_lite
 
 #endif  // SOK_LITE_KERNELS_TF_CPU_PARALLEL_H_

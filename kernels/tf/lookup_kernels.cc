@@ -27,9 +27,6 @@ namespace errors = ::tensorflow::errors;
 
 namespace {
 
-// From this many ids on, one table's deduplication is split over threads.
-constexpr int64_t kParallelUniqueIds = int64_t{1} << 15;
-
 // Validated view of one table's ragged segments: inverse / row_splits / weights inputs.
 struct Segments {
   const int32_t* inverse = nullptr;
@@ -138,29 +135,17 @@ class UniqueIdsOp : public OpKernel {
       OP_REQUIRES_OK(ctx, ctx->allocate_output(n_tables + t, ids[t].shape(), &inverse));
       inverses[t] = inverse->flat<int32_t>().data();
     }
-    // Big tables are deduplicated one at a time over all threads, the others one per thread.
-    std::vector<bool> big(n_tables);
-    for (int t = 0; t < n_tables; ++t) big[t] = ids[t].NumElements() >= kParallelUniqueIds;
-    auto dedup = [&](int64_t t, bool parallel) {
-      const int64_t n = ids[t].NumElements();
-      const int64_t batch = splits[t].NumElements() - 1;
-      const int64_t* id = ids[t].flat<int64_t>().data();
-      const int64_t* rs = splits[t].flat<int64_t>().data();
-      problems[t] = CheckRowSplits(rs, batch, n);
-      if (problems[t].empty()) problems[t] = CheckIds(id, rs, batch, num_rows_[t], hotness_[t]);
-      if (!problems[t].empty()) return;
-      uniques[t].resize(n);
-      const int64_t u =
-          parallel ? UniqueIdsParallel(id, n, uniques[t].data(), inverses[t], CoarseRunner(ctx))
-                   : UniqueIds(id, n, uniques[t].data(), inverses[t]);
-      uniques[t].resize(u);
-    };
-    for (int t = 0; t < n_tables; ++t) {
-      if (big[t]) dedup(t, true);
-    }
     ParallelFor(ctx, n_tables, 50 * (1 + ids[0].NumElements()), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
-        if (!big[t]) dedup(t, false);
+        const int64_t n = ids[t].NumElements();
+        const int64_t batch = splits[t].NumElements() - 1;
+        const int64_t* id = ids[t].flat<int64_t>().data();
+        const int64_t* rs = splits[t].flat<int64_t>().data();
+        problems[t] = CheckRowSplits(rs, batch, n);
+        if (problems[t].empty()) problems[t] = CheckIds(id, rs, batch, num_rows_[t], hotness_[t]);
+        if (!problems[t].empty()) continue;
+        uniques[t].resize(n);
+        uniques[t].resize(UniqueIds(id, n, uniques[t].data(), inverses[t]));
       }
     });
     for (int t = 0; t < n_tables; ++t) {
