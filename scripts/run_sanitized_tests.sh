@@ -3,11 +3,11 @@
 # scripts/build_sanitized.sh (built or brought up to date first).
 #
 # The package is copied to a temporary directory with the sanitized library in place of the
-# regular one, and that copy comes first on PYTHONPATH; pytest runs under `python -P`, so the
-# checkout's own sok_lite/ in the current directory does not shadow it. Sanitizer reports of the
-# pytest process are written to build/sanitize/logs and printed at the end (any report fails the
-# run); the op fuzzer's child processes print theirs on their stderr, which the failing test
-# shows.
+# regular one, and that copy comes first on PYTHONPATH; pytest runs in that directory (under
+# `python -P`), so neither pytest nor the interpreters that tests start with `python -c` load the
+# checkout's own sok_lite/. Sanitizer reports of the pytest process are written to
+# build/sanitize/logs and printed at the end (any report fails the run); the op fuzzer's child
+# processes print theirs on their stderr, which the failing test shows.
 #
 # Usage: scripts/run_sanitized_tests.sh [pytest args...]   (default: tests/ but distributed)
 # Environment: PYTHON (default .venv/bin/python), SANITIZE_BUILD_DIR, SKIP_BUILD=1.
@@ -15,7 +15,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="${PYTHON:-$root/.venv/bin/python}"
-build_dir="${SANITIZE_BUILD_DIR:-$root/build/sanitize}"
+build_dir="$(realpath -m "${SANITIZE_BUILD_DIR:-$root/build/sanitize}")"
 if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
   SANITIZE_BUILD_DIR="$build_dir" PYTHON="$python" "$root/scripts/build_sanitized.sh" >/dev/null
 fi
@@ -44,9 +44,23 @@ export UBSAN_OPTIONS="print_stacktrace=1:log_path=$logs/ubsan"
 export PYTHONPATH="$work:$root${PYTHONPATH:+:$PYTHONPATH}"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 
-# Check that the copy, not the checkout, is what `import sok_lite` finds.
-origin="$("$python" -P -c 'import importlib.util as u; print(u.find_spec("sok_lite").origin)')"
-[[ "$origin" == "$work/"* ]] || { echo "sok_lite resolves to $origin, not the copy" >&2; exit 2; }
+# Tests start child interpreters with `python -c`, which puts the current directory first on
+# sys.path, some with PYTHONPATH set to the checkout (test_checkpoint.py's killed dump): run from
+# the copy's directory so that those children load the sanitized library too.
+[[ "$python" != */* ]] || python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"
+args=()
+for arg in "$@"; do  # paths given relative to where the script was called from
+  if [[ "$arg" != -* && "$arg" != /* && -e "${arg%%::*}" ]]; then arg="$PWD/$arg"; fi
+  args+=("$arg")
+done
+set -- ${args[@]+"${args[@]}"}
+cd "$work"
+# Check that the copy, not the checkout, is what `import sok_lite` finds, in pytest's process
+# and in such a child.
+find_origin='import importlib.util as u; print(u.find_spec("sok_lite").origin)'
+for origin in "$("$python" -P -c "$find_origin")" "$(PYTHONPATH="$root" "$python" -c "$find_origin")"; do
+  [[ "$origin" == "$work/"* ]] || { echo "sok_lite resolves to $origin, not the copy" >&2; exit 2; }
+done
 
 # Without arguments: the single-process tests. The CUDA compile check is always left out: nvcc
 # crashes with the ASan runtime preloaded, and it does not load the op library anyway.

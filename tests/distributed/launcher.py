@@ -1,11 +1,15 @@
 """Launches a worker script on N local ranks with horovodrun (gloo) and checks every rank."""
 
+import contextlib
 import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
+import time
+import uuid
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 WORKERS = pathlib.Path(__file__).resolve().parent / "workers"
@@ -18,9 +22,14 @@ def horovodrun() -> str:
     return path
 
 
-def launch(worker: str, np: int, out_dir: pathlib.Path, *args: str, timeout: int = 300):
-    """Runs workers/<worker> on `np` ranks; returns (returncode, combined output)."""
-    env = dict(os.environ)
+def launch(
+    worker: str, np: int, out_dir: pathlib.Path, *args: str, timeout: int = 300, env_extra=None
+):
+    """Runs workers/<worker> on `np` ranks; returns (returncode, combined output).
+
+    env_extra: variables added to the ranks' environment (e.g. tracked_job()'s marker).
+    """
+    env = dict(os.environ, **(env_extra or {}))
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # A rank that dies must not leave the others blocked in a collective for long.
@@ -56,3 +65,45 @@ def run_ranks(worker: str, np: int, out_dir: pathlib.Path, *args: str, timeout: 
         assert report["checks"] > 0, f"rank {r} checked nothing"
         reports.append(report)
     return reports
+
+
+# Every process of a tracked job inherits this variable: horovodrun's ranks run in sessions of
+# their own, so neither the launcher's pid nor its process group reaches them.
+JOB_MARKER = "SOK_LITE_TEST_JOB"
+
+
+def job_processes(marker: str) -> list[int]:
+    """The live (not zombie) processes whose environment holds JOB_MARKER=marker."""
+    needle = f"{JOB_MARKER}={marker}".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = pathlib.Path(f"/proc/{entry}/environ").read_bytes()
+            state = pathlib.Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if state != "Z" and needle in environ.split(b"\0"):
+            pids.append(int(entry))
+    return pids
+
+
+def wait_until_gone(marker: str, seconds: float = 10.0) -> list[int]:
+    """Waits up to `seconds` for the job's processes to end; returns those still running."""
+    deadline = time.monotonic() + seconds
+    while (pids := job_processes(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return pids
+
+
+@contextlib.contextmanager
+def tracked_job():
+    """Yields a marker for a job's processes; kills any of them still running afterwards."""
+    marker = uuid.uuid4().hex
+    try:
+        yield marker
+    finally:
+        for pid in job_processes(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
