@@ -81,6 +81,14 @@ GPU_OPS = {
     "SokLiteUnpackRows": {"counts"},
     "SokLitePackRows": {"counts"},
     "SokLiteReduceForOwner": {"splits"},
+    "SokLiteDynamicTable": set(),
+    "SokLiteDynamicLookup": set(),
+    "SokLiteDynamicApply": {"hyper", "step"},
+    "SokLiteDynamicExport": {"since_step"},
+    "SokLiteDynamicAssign": {"step"},
+    "SokLiteDynamicSize": set(),
+    "SokLiteDynamicEvict": {"steps_unseen", "evicted"},
+    "SokLiteDynamicClear": set(),
 }
 
 

@@ -18,13 +18,13 @@
 #include "kernels/cuda/launch_config.cuh"
 #include "kernels/cuda/row_init.cuh"
 #include "kernels/cuda/sok_lite_cuda.h"
+#include "kernels/cuda/table_state.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace sok_lite {
 namespace cuda {
 namespace {
 
-constexpr int32_t kEmpty = 0, kWriting = 1, kPresent = 2;
 constexpr int64_t kNoSlot = -1;
 
 using StateRef = ::cuda::atomic_ref<int32_t, ::cuda::thread_scope_device>;
@@ -91,6 +91,7 @@ __global__ void ClaimKernel(SokLiteCudaTable t, const int64_t* __restrict__ keys
       continue;
     }
     t.last_seen[c.slot] = step;
+    if (c.inserted && t.updated) t.updated[c.slot] = kNeverUpdated;
     slots_out[i] = c.inserted ? Encode(c.slot) : c.slot;
   }
 }
@@ -200,19 +201,9 @@ __global__ void RehashKernel(SokLiteCudaTable src, SokLiteCudaTable dst, int64_t
       continue;
     }
     dst.last_seen[c.slot] = src.last_seen[p];
+    if (dst.updated) dst.updated[c.slot] = src.updated ? src.updated[p] : kNeverUpdated;
     CopySlot(src, p, dst.values, dst_slots.p, c.slot);
   }
-}
-
-bool Valid(const SokLiteCudaTable* t) {
-  if (!t || !t->keys || !t->state || !t->last_seen || !t->values || !t->size) return false;
-  if (t->dim <= 0 || t->capacity <= 0 || (t->capacity & (t->capacity - 1)) != 0) return false;
-  if (t->max_size < 0 || t->max_size >= t->capacity) return false;
-  if (t->num_slots < 0 || t->num_slots > 3) return false;
-  for (int j = 0; j < t->num_slots; ++j) {
-    if (!t->slots[j]) return false;
-  }
-  return true;
 }
 
 bool ValidInit(const SokLiteCudaRowInit* init) {

@@ -85,6 +85,7 @@ __global__ void ApplyRowsKernel(Hyper h, int64_t dim, const int64_t* __restrict_
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
        t += stride) {
     const int64_t i = t / vectors;
+    if (rows[i] < 0) continue;  // a hash-table key without a stored row
     const int64_t col = (t % vectors) * W;
     const int64_t off = rows[i] * dim + col;
     const Vec<W> g = Load<W>(grads + i * dim + col);

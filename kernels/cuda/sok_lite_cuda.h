@@ -68,7 +68,8 @@ cudaError_t sok_lite_cuda_gather_rows(const float* table, int64_t dim, const int
 // gradient grads[i, :], i in [0, n). Rows must be distinct. params (host memory, num_params
 // values, at least NumParams(kind)) are the optimizer-specific hyper-parameters p of
 // OptimizerHyper; slots (a host array of num_slots device pointers, exactly NumSlots(kind, p))
-// are ordered as documented on sok_lite::OptimizerKind. Returns cudaErrorInvalidValue for an
+// are ordered as documented on sok_lite::OptimizerKind. A negative rows[i] is skipped (a hash
+// table key without a stored row). Returns cudaErrorInvalidValue for an
 // unknown kind or a wrong number of params / slots.
 cudaError_t sok_lite_cuda_apply_rows(int kind, double learning_rate, double weight_decay,
                                      const double* params, int num_params, int64_t dim,
@@ -180,6 +181,10 @@ typedef struct SokLiteCudaTable {
   int64_t capacity;  // a power of two
   int64_t max_size;  // at most capacity - 1: inserts beyond it fail, so probing always ends
   int64_t* size;     // device int64: keys present
+  // [capacity] or null: optimizer step of the last change of each row (-1 for a row never
+  // changed since it was inserted), for incremental exports. Appended last so that the layout
+  // of the fields above stays the same.
+  int64_t* updated;
 } SokLiteCudaTable;
 
 // Empties the table (state and size to 0).
@@ -188,10 +193,11 @@ cudaError_t sok_lite_cuda_table_clear(const SokLiteCudaTable* table, cudaStream_
 // For each of keys[0, n) (duplicates allowed: a key is inserted once): finds its slot or claims
 // one, initializing a new key's row from `init` (core InitRows) and its optimizer slots from
 // slot_init. slots_out[i] = the slot, or -1 when the table had no room (size would pass
-// max_size); last_seen of every used slot = step. values_out (optional, [n, dim]) gets each
-// key's row (the initial row for a key that found no room). *num_failed (device int64, set, not
-// added to) = keys that found no room: the caller grows the table (sok_lite_cuda_table_rehash
-// into a larger one) and repeats the call, which then only inserts what is missing.
+// max_size); last_seen of every used slot = step, updated (when tracked) of a new key = -1.
+// values_out (optional, [n, dim]) gets each key's row (the initial row for a key that found no
+// room). *num_failed (device int64, set, not added to) = keys that found no room: the caller grows
+// the table (sok_lite_cuda_table_rehash into a larger one) and repeats the call, which then only
+// inserts what is missing.
 cudaError_t sok_lite_cuda_table_find_or_insert(const SokLiteCudaTable* table,
                                                const SokLiteCudaRowInit* init, const int64_t* keys,
                                                int64_t n, int64_t step, int64_t* slots_out,
@@ -213,13 +219,42 @@ cudaError_t sok_lite_cuda_table_export(const SokLiteCudaTable* table, int64_t ma
                                        cudaStream_t stream);
 
 // Inserts every present key of src with last_seen >= min_last_seen into dst (already cleared,
-// same dim and num_slots), with its rows and last_seen. Growth: a larger dst and
-// min_last_seen = INT64_MIN. Eviction of keys unseen for the last k steps at step s (core
-// EvictUnseen): min_last_seen = s - k + 1; evicted = src size - dst size. *num_failed (device
+// same dim and num_slots), with its rows, last_seen and (when both track it) updated. Growth: a
+// larger dst and min_last_seen = INT64_MIN. Eviction of keys unseen for the last k steps at step s
+// (core EvictUnseen): min_last_seen = s - k + 1; evicted = src size - dst size. *num_failed (device
 // int64) = keys that found no room in dst.
 cudaError_t sok_lite_cuda_table_rehash(const SokLiteCudaTable* src, const SokLiteCudaTable* dst,
                                        int64_t min_last_seen, int64_t* num_failed,
                                        cudaStream_t stream);
+
+// Keys present with updated > since_step into *count (device int64); since_step = INT64_MIN
+// counts every present key. A table without `updated` accepts INT64_MIN only.
+cudaError_t sok_lite_cuda_table_count_since(const SokLiteCudaTable* table, int64_t since_step,
+                                            int64_t* count, cudaStream_t stream);
+
+// As sok_lite_cuda_table_export, filtered as count_since, into the CPU table's row layout:
+// rows_out[i] ([max_out, width]) = the value row, then with_slots each optimizer slot row, so
+// width = dim * (1 + num_slots) with slots and dim without. Order unspecified; *count = keys
+// that pass the filter (only max_out written when it is larger).
+cudaError_t sok_lite_cuda_table_export_rows(const SokLiteCudaTable* table, int64_t since_step,
+                                            int with_slots, int64_t max_out, int64_t* keys_out,
+                                            float* rows_out, int64_t* count, cudaStream_t stream);
+
+// updated[slots[i]] = step for i in [0, n); negative slots are skipped. Needs `updated`.
+cudaError_t sok_lite_cuda_table_mark_updated(const SokLiteCudaTable* table, const int64_t* slots,
+                                             int64_t n, int64_t step, cudaStream_t stream);
+
+// Writes rows[i] (layout of export_rows: [n, dim] or, with_slots, [n, dim * (1 + num_slots)])
+// into slot slots[i]: the value row, and with_slots each optimizer slot row. Negative slots are
+// skipped; when a slot repeats, which of its rows is stored is unspecified.
+cudaError_t sok_lite_cuda_table_store_rows(const SokLiteCudaTable* table, const int64_t* slots,
+                                           int64_t n, const float* rows, int with_slots,
+                                           cudaStream_t stream);
+
+// Sets every row of optimizer slot array j (< num_slots) to value: the initial value of a slot
+// laid out after keys were stored.
+cudaError_t sok_lite_cuda_table_fill_slot(const SokLiteCudaTable* table, int j, float value,
+                                          cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------
 // Row copies of the exchange messages.

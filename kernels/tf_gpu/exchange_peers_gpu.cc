@@ -1,7 +1,7 @@
 // GPU kernels of the owner side of the exchange (ops registered in kernels/tf/exchange_ops.cc):
-// SokLiteGatherForPeers answers a received id message from local static tables, and
-// SokLiteReduceForOwner (its gradient) sums what the peers sent back per local row. Float32
-// only; the id message stays on the device, its split sizes are in host memory.
+// SokLiteGatherForPeers answers a received id message from local static tables and device hash
+// tables, and SokLiteReduceForOwner (its gradient) sums what the peers sent back per local row.
+// Float32 only; the id message stays on the device, its split sizes are in host memory.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -11,6 +11,7 @@
 #include "kernels/cuda/sok_lite_cuda.h"
 #include "kernels/tf/input_checks.h"
 #include "kernels/tf/table_util.h"
+#include "kernels/tf_gpu/dynamic_peers_gpu.h"
 #include "kernels/tf_gpu/gpu_util.h"
 #include "kernels/tf_gpu/id_message.h"
 #include "kernels/tf_gpu/segment_checks.h"
@@ -49,13 +50,8 @@ class GatherForPeersGpuOp : public OpKernel {
                 errors::InvalidArgument("dynamic needs one entry per table"));
     std::vector<tensorflow::core::RefCountPtr<Var>> vars(num_tables);
     for (int t = 0; t < num_tables; ++t) {
-      // Hash tables live in host memory (kernels/tf/dynamic_table.h); their rows are answered
-      // by the CPU kernel only.
-      OP_REQUIRES(ctx, !dynamic_[t],
-                  errors::InvalidArgument(TableLabel(names_, t),
-                                          ": hash tables have no GPU kernel; place this op on "
-                                          "the CPU"));
-      OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, t), &vars[t]));
+      // Hash tables (dynamic_peers_gpu.h) are answered after the static ones.
+      if (!dynamic_[t]) OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, t), &vars[t]));
     }
     std::vector<int64_t> offsets;
     VectorOffsets(parsed.count, dims_, num_ranks, &offsets);
@@ -69,7 +65,9 @@ class GatherForPeersGpuOp : public OpKernel {
     // Rows are read in place under shared locks, taken in address order and held until every
     // gather is queued, so that the checked shapes are the ones read.
     std::vector<Var*> order;
-    for (auto& v : vars) order.push_back(v.get());
+    for (auto& v : vars) {
+      if (v) order.push_back(v.get());
+    }
     std::sort(order.begin(), order.end());
     order.erase(std::unique(order.begin(), order.end()), order.end());
     std::vector<std::unique_ptr<tensorflow::tf_shared_lock>> locks;
@@ -77,6 +75,7 @@ class GatherForPeersGpuOp : public OpKernel {
     std::vector<absl::Status> table_status(num_tables);
     std::vector<int64_t> begin, count, limit;  // segments (t, r) of the tables that passed
     for (int t = 0; t < num_tables; ++t) {
+      if (dynamic_[t]) continue;
       table_status[t] = CheckTable<float>(vars[t].get(), TableLabel(names_, t));
       if (table_status[t].ok() && vars[t]->tensor()->dim_size(1) != dims_[t]) {
         table_status[t] = errors::InvalidArgument(TableLabel(names_, t), ": rows have ",
@@ -100,7 +99,7 @@ class GatherForPeersGpuOp : public OpKernel {
     // Errors in the CPU kernel's order: table by table, then rank by rank.
     for (int t = 0, s = 0; t < num_tables; ++t) {
       OP_REQUIRES_OK(ctx, table_status[t]);
-      for (int64_t r = 0; r < num_ranks; ++r, ++s) {
+      for (int64_t r = 0; r < num_ranks && !dynamic_[t]; ++r, ++s) {
         if (host[s] == ~uint64_t{0}) continue;
         int64_t row = 0;
         OP_REQUIRES_OK(ctx, ValueAt(ctx, ids + begin[s] + host[s], &row));
@@ -111,6 +110,7 @@ class GatherForPeersGpuOp : public OpKernel {
     }
     float* out = vectors->flat<float>().data();
     for (int t = 0; t < num_tables; ++t) {
+      if (dynamic_[t]) continue;
       const float* table = vars[t]->tensor()->flat<float>().data();
       for (int64_t r = 0; r < num_ranks && dims_[t] > 0; ++r) {
         const int64_t seg = r * num_tables + t;
@@ -119,6 +119,12 @@ class GatherForPeersGpuOp : public OpKernel {
                                            parsed.count[seg], out + offsets[seg], OpStream(ctx)),
                                        "gather_rows"));
       }
+    }
+    locks.clear();  // the static reads are queued
+    for (int t = 0; t < num_tables; ++t) {
+      if (!dynamic_[t]) continue;
+      OP_REQUIRES_OK(ctx, AnswerPeersFromDeviceTable(ctx, t, TableLabel(names_, t), dims_[t], ids,
+                                                     parsed, offsets, num_ranks, num_tables, out));
     }
   }
 

@@ -76,6 +76,7 @@ class TableStruct(ctypes.Structure):
         ("capacity", _I64),
         ("max_size", _I64),
         ("size", _P),
+        ("updated", _P),
     ]
 
 
@@ -121,6 +122,11 @@ _SIGNATURES.update(
         "sok_lite_cuda_table_find": [_TP, _P, _I64, _P, _P, _P],
         "sok_lite_cuda_table_export": [_TP, _I64, _P, _P, ctypes.POINTER(_P), _P, _P],
         "sok_lite_cuda_table_rehash": [_TP, _TP, _I64, _P, _P],
+        "sok_lite_cuda_table_count_since": [_TP, _I64, _P, _P],
+        "sok_lite_cuda_table_export_rows": [_TP, _I64, ctypes.c_int, _I64, _P, _P, _P, _P],
+        "sok_lite_cuda_table_mark_updated": [_TP, _P, _I64, _I64, _P],
+        "sok_lite_cuda_table_store_rows": [_TP, _P, _I64, _P, ctypes.c_int, _P],
+        "sok_lite_cuda_table_fill_slot": [_TP, ctypes.c_int, ctypes.c_float, _P],
         "sok_lite_cuda_check_segments": [_P, _P, _P, _P, _I64, _I64, _P, _P],
         "sok_lite_cuda_check_segments_i32": [_P, _P, _P, _P, _I64, _I64, _P, _P],
         "sok_lite_cuda_scatter_rows": [_P, _I64, _P, _I64, _P, _P],
@@ -350,7 +356,7 @@ class Kernels:
 class DeviceTable:
     """A SokLiteCudaTable whose arrays are CuPy arrays owned by this object."""
 
-    def __init__(self, lib, capacity, dim, max_size=None, slot_init=()):
+    def __init__(self, lib, capacity, dim, max_size=None, slot_init=(), track_updates=False):
         import cupy
 
         self.lib = lib
@@ -360,6 +366,7 @@ class DeviceTable:
         self.values = cupy.full((capacity, dim), np.nan, dtype=cupy.float32)
         self.slots = [cupy.full((capacity, dim), np.nan, cupy.float32) for _ in slot_init]
         self.size_buf = cupy.zeros(1, dtype=cupy.int64)
+        self.updated = cupy.full(capacity, -7, dtype=cupy.int64) if track_updates else None
         self.struct = TableStruct(
             keys=_ptr(self.keys),
             state=_ptr(self.state),
@@ -372,6 +379,7 @@ class DeviceTable:
             capacity=capacity,
             max_size=capacity * 3 // 4 if max_size is None else max_size,
             size=_ptr(self.size_buf),
+            updated=_ptr(self.updated),
         )
         self.clear()
 
@@ -449,3 +457,55 @@ class DeviceTable:
         )
         _check("table_rehash", rc)
         return int(failed.get()[0])
+
+    def count_since(self, since_step) -> int:
+        import cupy
+
+        count = cupy.full(1, -7, dtype=cupy.int64)
+        rc = self.lib.sok_lite_cuda_table_count_since(
+            ctypes.byref(self.struct), since_step, _ptr(count), _stream()
+        )
+        _check("table_count_since", rc)
+        return int(count.get()[0])
+
+    def export_rows(self, since_step, with_slots, max_out):
+        """(count, keys, rows) in the CPU layout; count possibly above max_out."""
+        import cupy
+
+        width = self.struct.dim * (1 + (len(self.slots) if with_slots else 0))
+        keys = cupy.full(max_out, -7, dtype=cupy.int64)
+        rows = cupy.full((max_out, width), np.nan, dtype=cupy.float32)
+        count = cupy.full(1, -7, dtype=cupy.int64)
+        rc = self.lib.sok_lite_cuda_table_export_rows(
+            ctypes.byref(self.struct),
+            since_step,
+            int(with_slots),
+            max_out,
+            _ptr(keys),
+            _ptr(rows),
+            _ptr(count),
+            _stream(),
+        )
+        _check("table_export_rows", rc)
+        return int(count.get()[0]), keys, rows
+
+    def mark_updated(self, slots, step):
+        rc = self.lib.sok_lite_cuda_table_mark_updated(
+            ctypes.byref(self.struct), _ptr(slots), slots.size, step, _stream()
+        )
+        _check("table_mark_updated", rc)
+
+    def store_rows(self, slots, rows, with_slots):
+        rc = self.lib.sok_lite_cuda_table_store_rows(
+            ctypes.byref(self.struct),
+            _ptr(slots),
+            slots.size,
+            _ptr(rows),
+            int(with_slots),
+            _stream(),
+        )
+        _check("table_store_rows", rc)
+
+    def fill_slot(self, j, value):
+        rc = self.lib.sok_lite_cuda_table_fill_slot(ctypes.byref(self.struct), j, value, _stream())
+        _check("table_fill_slot", rc)

@@ -215,3 +215,14 @@ def init_rows(kind, seed, a, b, ids, dim):
     else:
         v = np.full(grid_ids.size, a)
     return v.astype(F32).reshape(ids.size, dim)
+
+
+def table_rows_since(state, keys, updated, values, slots, since_step, with_slots):
+    """Core HashTable::ForEach on a device table's arrays: {key: row} of the present slots
+    changed after since_step (INT64_MIN: every one), rows laid out value then each slot."""
+    present = state == 2
+    if since_step != np.iinfo(np.int64).min:
+        present &= updated > since_step
+    parts = [values] + (list(slots) if with_slots else [])
+    rows = np.concatenate(parts, axis=1)
+    return {int(k): rows[p] for p, k in zip(np.flatnonzero(present), keys[present])}

@@ -343,3 +343,70 @@ def test_table_rejects_bad_layouts(lib):
     assert lib.sok_lite_cuda_table_clear(gpu_lib.ctypes.byref(table.struct), None) != 0
     table.struct.capacity, table.struct.max_size = 64, 64  # probing could never end
     assert lib.sok_lite_cuda_table_clear(gpu_lib.ctypes.byref(table.struct), None) != 0
+
+
+def test_table_tracks_updates_for_incremental_export(lib):
+    rng = np.random.default_rng(9)
+    keys = np.unique(random_keys(rng, 400, "wide"))
+    table = gpu_lib.DeviceTable(lib, 1 << 12, 4, slot_init=(0.5, 0.0), track_updates=True)
+    _, slots, _ = insert(table, keys, step=1)
+    assert (table.updated.get()[slots] == -1).all()  # inserted, never changed
+    assert table.count_since(I64_MIN) == keys.size and table.count_since(-1) == 0
+
+    # Changes at steps 5 and 7; a negative slot is skipped.
+    table.mark_updated(cp.asarray(np.append(slots[:100], -1)), 5)
+    table.mark_updated(cp.asarray(slots[50:150]), 7)
+    updated = table.updated.get()
+    assert (updated[slots[:50]] == 5).all() and (updated[slots[50:150]] == 7).all()
+    assert (updated[slots[150:]] == -1).all()
+    for since in (I64_MIN, -1, 4, 5, 7):
+        arrays = [table.state.get(), table.keys.get(), updated, table.values.get()]
+        slot_arrays = [s.get() for s in table.slots]
+        for with_slots in (False, True):
+            expected = ref.table_rows_since(*arrays, slot_arrays, since, with_slots)
+            assert table.count_since(since) == len(expected)
+            count, out_keys, out_rows = table.export_rows(since, with_slots, len(expected) + 3)
+            assert count == len(expected)
+            got_keys = out_keys.get()
+            assert sorted(got_keys[:count].tolist()) == sorted(expected)
+            assert (got_keys[count:] == POISON).all()
+            for key, row in zip(got_keys[:count].tolist(), out_rows.get()[:count]):
+                np.testing.assert_array_equal(row, expected[key])
+
+    # Growth keeps the marks; a table that does not track them refuses a step filter.
+    big = gpu_lib.DeviceTable(lib, 1 << 13, 4, slot_init=(0.5, 0.0), track_updates=True)
+    assert table.rehash_into(big, I64_MIN) == 0
+    assert big.count_since(6) == 100 and big.count_since(-1) == 150
+    plain = gpu_lib.DeviceTable(lib, 64, 4)
+    assert plain.count_since(I64_MIN) == 0
+    count = cp.zeros(1, cp.int64)
+    struct = gpu_lib.ctypes.byref(plain.struct)
+    assert lib.sok_lite_cuda_table_count_since(struct, 3, count.data.ptr, None) != 0
+
+
+@pytest.mark.parametrize("with_slots", [False, True])
+def test_table_store_rows_and_fill_slot(lib, with_slots):
+    rng = np.random.default_rng(10)
+    keys = np.unique(random_keys(rng, 300, "wide"))
+    dim = 3
+    table = gpu_lib.DeviceTable(lib, 1 << 11, dim, slot_init=(0.5, 0.0))
+    _, slots, _ = insert(table, keys, step=1)
+    before = [table.values.get()] + [s.get() for s in table.slots]
+    width = dim * (3 if with_slots else 1)
+    rows = rng.standard_normal((101, width)).astype(F32)
+    chosen = np.append(slots[:100], -1)  # the negative slot's row is not stored
+    table.store_rows(cp.asarray(chosen), cp.asarray(rows), with_slots)
+    after = [table.values.get()] + [s.get() for s in table.slots]
+    for part in range(3):
+        expected = before[part].copy()
+        if part == 0 or with_slots:
+            expected[slots[:100]] = rows[:100, part * dim : (part + 1) * dim]
+        np.testing.assert_array_equal(
+            after[part][table.state.get() == 2], expected[table.state.get() == 2]
+        )
+
+    # A slot laid out after keys exist starts from its initial value in every row.
+    table.fill_slot(1, 0.25)
+    np.testing.assert_array_equal(table.slots[1].get(), np.full((1 << 11, dim), F32(0.25)))
+    np.testing.assert_array_equal(table.slots[0].get(), after[1])
+    assert lib.sok_lite_cuda_table_fill_slot(gpu_lib.ctypes.byref(table.struct), 2, 0.0, None) != 0

@@ -188,6 +188,25 @@ def test_apply_rows(kernels, kind, params, num_slots, dim, weight_decay):
         np.testing.assert_allclose(got.get(), expected, **tol)
 
 
+def test_apply_rows_skips_negative_rows(kernels):
+    """A negative row (a hash-table key without a stored row) is left alone, whatever repeats."""
+    rng = np.random.default_rng(11)
+    var = rng.standard_normal((50, 8)).astype(F32)
+    slots = initial_slots(rng, "adam", (50, 8), 2)
+    rows = np.array([3, -1, 7, -1, 20], np.int64)
+    grads = rng.standard_normal((rows.size, 8)).astype(F32)
+    d_var, d_slots = cp.asarray(var), [cp.asarray(s) for s in slots]
+    params = [0.9, 0.999, 1e-7, 1]
+    kernels.apply_rows(
+        "adam", 0.05, 0.0, params, cp.asarray(rows), cp.asarray(grads), d_var, d_slots
+    )
+    kept = rows >= 0
+    ref.apply_rows("adam", 0.05, 0.0, params, rows[kept], grads[kept], var, slots)
+    np.testing.assert_allclose(d_var.get(), var, **OPTIMIZER_TOL)
+    for got, expected in zip(d_slots, slots):
+        np.testing.assert_allclose(got.get(), expected, **OPTIMIZER_TOL)
+
+
 def test_apply_rows_rejects_bad_arguments(kernels):
     var = cp.zeros((4, 4), F32)
     rows = cp.arange(2, dtype=cp.int64)
