@@ -1,5 +1,6 @@
 """sok_lite.DynamicVariable: a hash-table embedding whose rows are created on first lookup."""
 
+import contextlib
 import itertools
 import math
 
@@ -100,7 +101,9 @@ class DynamicVariable(BaseResourceVariable):
         num_ranks = comm.current().num_ranks
         per_rank = 0 if capacity is None else math.ceil(capacity / num_ranks)
         shared_name = f"sok_lite_dynamic_{name}_{next(_table_ids)}"
-        with tf.init_scope():
+        # The GPU table has no capacity eviction or admission: such a table stays on the CPU.
+        cpu_only = per_rank > 0 or min_count > 1
+        with tf.init_scope(), tf.device("/CPU:0") if cpu_only else contextlib.nullcontext():
             handle = dynamic_ops.create_table(
                 shared_name, dimension, init, per_rank, evict_policy, min_count
             )
