@@ -139,7 +139,9 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
       rows[i] = s < 0 ? -1 : slots_[s].row;
       if (s < 0) continue;
       RowMeta& meta = meta_[rows[i]];
-      if (__atomic_exchange_n(&meta.last_seen, step_, __ATOMIC_RELAXED) != step_) {
+      // Read first: a hot key may repeat many times, and only its first sighting writes.
+      if (__atomic_load_n(&meta.last_seen, __ATOMIC_RELAXED) != step_ &&
+          __atomic_exchange_n(&meta.last_seen, step_, __ATOMIC_RELAXED) != step_) {
         __atomic_fetch_add(&meta.count, 1, __ATOMIC_RELAXED);
       }
     }
