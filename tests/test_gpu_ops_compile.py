@@ -8,6 +8,7 @@ sok_lite_gpu_ops target: the CPU library in sok_lite/ is never touched.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,6 +71,7 @@ def test_gpu_library_loads_after_the_cpu_library(gpu_library):
 
 
 GPU_OPS = {
+    "SokLiteRowSplitsFromRowIds": {"row_ids", "nrows", "row_splits"},
     "SokLiteUniqueIds": set(),
     "SokLiteGatherRows": set(),
     "SokLiteSegmentCombine": set(),
@@ -111,6 +113,8 @@ def test_gpu_kernels_are_registered_with_their_host_memory_args(gpu_library):
         "           if k.device_type == 'GPU']\n"
         "    found[name] = [sorted(k.host_memory_arg) for k in gpu]\n"
         "    found[name + ':args'] = sorted(args)\n"
+        "found['all ops'] = sorted(n for n in dir(ops()) if n.startswith('sok_lite_')\n"
+        "                          and not n.endswith('_eager_fallback'))\n"
         "print(json.dumps(found))\n"
     )
     done = subprocess.run(
@@ -121,3 +125,5 @@ def test_gpu_kernels_are_registered_with_their_host_memory_args(gpu_library):
     for name, host_args in GPU_OPS.items():
         assert found[name] == [sorted(host_args)], name
         assert host_args <= set(found[name + ":args"]), name
+    snake = sorted(re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower() for name in GPU_OPS)
+    assert found["all ops"] == snake, "every op needs a GPU kernel"
