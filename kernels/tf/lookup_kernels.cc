@@ -9,6 +9,7 @@
 #include "kernels/core/validate.h"
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/input_checks.h"
+#include "kernels/tf/row_splits_op.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -77,30 +78,6 @@ absl::Status ReadCombiners(OpKernelConstruction* ctx, std::vector<Combiner>* com
 }
 
 }  // namespace
-
-class RowSplitsFromRowIdsOp : public OpKernel {
- public:
-  explicit RowSplitsFromRowIdsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &name_));
-  }
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& row_ids = ctx->input(0);
-    int64_t nrows = 0;
-    OP_REQUIRES_OK(ctx, ScalarInput(ctx, 1, &nrows));
-    OP_REQUIRES(ctx, nrows >= 0 && nrows < (int64_t{1} << 48),
-                errors::InvalidArgument(name_, ": batch size ", nrows, " is out of range"));
-    Tensor* splits = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({nrows + 1}), &splits));
-    const std::string problem =
-        RowSplitsFromRowIds(row_ids.flat<int64_t>().data(), row_ids.NumElements(), nrows,
-                            splits->flat<int64_t>().data());
-    OP_REQUIRES(ctx, problem.empty(), errors::InvalidArgument(name_, ": sp_ids ", problem));
-  }
-
- private:
-  std::string name_;
-};
 
 class UniqueIdsOp : public OpKernel {
  public:
