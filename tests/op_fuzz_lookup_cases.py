@@ -211,7 +211,7 @@ def init_rows(draw):
         rows = out[0]
         expect(rows["shape"] == (row_ids.size, dim), f"rows {rows['shape']}")
         if kind == "constant" and rows["value"] is not None:
-            value = np.asarray(a, dtype)
+            value = np.asarray(np.float32(a), dtype)  # `a` is a float32 attribute
             same = (rows["value"] == value) | (np.isnan(rows["value"]) & np.isnan(value))
             expect(bool(np.all(same)), "constant rows differ from a")
 
