@@ -55,6 +55,16 @@ class CMakeBuild(build_ext):
         staged = target.with_name(target.name + ".new")
         shutil.copyfile(build_dir / "_sok_lite_ops.so", staged)
         os.replace(staged, target)
+        # SOK_LITE_WITH_CUDA=ON also builds the GPU kernels (docs/gpu.md): install them beside.
+        gpu_library = build_dir / "_sok_lite_gpu_ops.so"
+        if _cuda_requested() and gpu_library.exists():
+            staged = target.with_name("_sok_lite_gpu_ops.so.new")
+            shutil.copyfile(gpu_library, staged)
+            os.replace(staged, target.with_name("_sok_lite_gpu_ops.so"))
+
+
+def _cuda_requested() -> bool:
+    return os.environ.get("SOK_LITE_WITH_CUDA", "").upper() in ("1", "ON", "TRUE", "YES")
 
 
 setup(
