@@ -146,31 +146,37 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
       }
     }
   });
-  // Admission and inserts are serial (they change the index); `decided` holds each missing key
-  // once, with its row or -1 while it is not stored.
+  // Admission and inserts are serial (they change the index). Missing positions sorted by
+  // (key, position) put a repeated key's occurrences together, first one first, so each key is
+  // counted and admitted once; admitted keys are then inserted in order of first occurrence. (A
+  // per-call hash map would do the same, but its nodes linger in the allocator of whichever
+  // thread ran the call.)
   std::vector<int64_t> missing;
   for (int64_t i = 0; i < n; ++i) {
     if (rows[i] < 0) missing.push_back(i);
   }
-  std::unordered_map<int64_t, int64_t> decided;
-  std::vector<int64_t> admit;
-  for (int64_t i : missing) {
-    if (!decided.emplace(keys[i], -1).second) continue;
+  std::sort(missing.begin(), missing.end(), [keys](int64_t a, int64_t b) {
+    return keys[a] < keys[b] || (keys[a] == keys[b] && a < b);
+  });
+  std::vector<int64_t> admit;  // first positions of the keys to store
+  for (size_t j = 0; j < missing.size(); ++j) {
+    const int64_t key = keys[missing[j]];
+    if (j > 0 && keys[missing[j - 1]] == key) continue;
     if (config_.min_count > 1) {
-      int64_t& seen = pending_[keys[i]];
+      int64_t& seen = pending_[key];
       if (++seen < config_.min_count) continue;
-      pending_.erase(keys[i]);
+      pending_.erase(key);
     }
-    admit.push_back(keys[i]);
+    admit.push_back(missing[j]);
   }
+  std::sort(admit.begin(), admit.end());
   const std::string problem = MakeRoom(admit.size());
   if (!problem.empty()) return problem;
-  for (int64_t key : admit) {
-    const int64_t r = Insert(key);
-    meta_[r].count = 1;
-    decided[key] = r;
+  for (int64_t i : admit) meta_[Insert(keys[i])].count = 1;
+  for (int64_t i : missing) {
+    const int64_t slot = FindSlot(keys[i]);
+    rows[i] = slot < 0 ? -1 : slots_[slot].row;
   }
-  for (int64_t i : missing) rows[i] = decided[keys[i]];
   run(n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       if (i + kPrefetchDistance < i1 && rows[i + kPrefetchDistance] >= 0) {
