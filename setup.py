@@ -31,39 +31,42 @@ class CMakeExtension(Extension):
         super().__init__(name, sources=[])
 
 
+# The library each extension module is, in the CMake build directory.
+BUILT_LIBRARY = {
+    "sok_lite._sok_lite_ops": "_sok_lite_ops.so",
+    "sok_lite._sok_lite_gpu_ops": "_sok_lite_gpu_ops.so",  # with SOK_LITE_WITH_CUDA=ON
+}
+
+
 class CMakeBuild(build_ext):
     def build_extension(self, ext: Extension) -> None:
         target = pathlib.Path(self.get_ext_fullpath(ext.name)).resolve()
         build_dir = ROOT / "build" / f"cmake-py{sys.version_info[0]}{sys.version_info[1]}"
-        build_dir.mkdir(parents=True, exist_ok=True)
-        subprocess.check_call(
-            [
-                "cmake",
-                "-S",
-                str(ROOT),
-                "-B",
-                str(build_dir),
-                f"-DPython3_EXECUTABLE={sys.executable}",
-                "-DCMAKE_BUILD_TYPE=Release",
-            ]
-        )
-        jobs = str(os.cpu_count() or 2)
-        subprocess.check_call(["cmake", "--build", str(build_dir), "--parallel", jobs])
+        if ext.name == "sok_lite._sok_lite_ops":  # one CMake build makes every library
+            build_dir.mkdir(parents=True, exist_ok=True)
+            subprocess.check_call(
+                [
+                    "cmake",
+                    "-S",
+                    str(ROOT),
+                    "-B",
+                    str(build_dir),
+                    f"-DPython3_EXECUTABLE={sys.executable}",
+                    "-DCMAKE_BUILD_TYPE=Release",
+                ]
+            )
+            jobs = str(os.cpu_count() or 2)
+            subprocess.check_call(["cmake", "--build", str(build_dir), "--parallel", jobs])
         target.parent.mkdir(parents=True, exist_ok=True)
         # A new file renamed over the old one: processes that have the old library loaded keep
         # their mapping instead of seeing it rewritten under them.
         staged = target.with_name(target.name + ".new")
-        shutil.copyfile(build_dir / "_sok_lite_ops.so", staged)
+        shutil.copyfile(build_dir / BUILT_LIBRARY[ext.name], staged)
         os.replace(staged, target)
-        # SOK_LITE_WITH_CUDA=ON also builds the GPU kernels (docs/gpu.md): install them beside.
-        gpu_library = build_dir / "_sok_lite_gpu_ops.so"
-        if _cuda_requested() and gpu_library.exists():
-            staged = target.with_name("_sok_lite_gpu_ops.so.new")
-            shutil.copyfile(gpu_library, staged)
-            os.replace(staged, target.with_name("_sok_lite_gpu_ops.so"))
 
 
 def _cuda_requested() -> bool:
+    """SOK_LITE_WITH_CUDA=ON also builds and installs the GPU kernels (docs/gpu.md)."""
     return os.environ.get("SOK_LITE_WITH_CUDA", "").upper() in ("1", "ON", "TRUE", "YES")
 
 
@@ -77,7 +80,9 @@ setup(
     # Only for isolated builds (plain `pip install .`): the build needs TF headers. An environment
     # that already has TensorFlow (GPU or CPU wheel) builds against it.
     setup_requires=[] if _tensorflow_importable() else [_tf_requirement(), "cmake>=3.18,<4"],
-    ext_modules=[CMakeExtension("sok_lite._sok_lite_ops")],
+    ext_modules=[
+        CMakeExtension(name) for name in BUILT_LIBRARY if _cuda_requested() or "gpu" not in name
+    ],
     cmdclass={"build_ext": CMakeBuild},
     zip_safe=False,
 )
