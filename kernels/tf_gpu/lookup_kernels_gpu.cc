@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/core/combine.h"
 #include "kernels/cuda/sok_lite_cuda.h"
 #include "kernels/tf/input_checks.h"
 #include "kernels/tf/table_util.h"
@@ -26,22 +27,22 @@ namespace errors = ::tensorflow::errors;
 
 namespace {
 
+// The combiner names, parsed by the CPU's ParseCombiner; SokLiteCudaCombiner has Combiner's order.
 absl::Status ReadCombiners(OpKernelConstruction* ctx, std::vector<int>* combiners) {
   std::vector<std::string> names;
   TF_RETURN_IF_ERROR(ctx->GetAttr("combiners", &names));
   for (const auto& name : names) {
-    if (name == "sum") {
-      combiners->push_back(SOK_LITE_CUDA_SUM);
-    } else if (name == "mean") {
-      combiners->push_back(SOK_LITE_CUDA_MEAN);
-    } else if (name == "sqrtn") {
-      combiners->push_back(SOK_LITE_CUDA_SQRTN);
-    } else {
-      return errors::InvalidArgument("unknown combiner '", name, "'");
-    }
+    Combiner c;
+    if (!ParseCombiner(name, &c)) return errors::InvalidArgument("unknown combiner '", name, "'");
+    combiners->push_back(static_cast<int>(c));
   }
   return absl::OkStatus();
 }
+
+static_assert(static_cast<int>(Combiner::kSum) == SOK_LITE_CUDA_SUM &&
+                  static_cast<int>(Combiner::kMean) == SOK_LITE_CUDA_MEAN &&
+                  static_cast<int>(Combiner::kSqrtn) == SOK_LITE_CUDA_SQRTN,
+              "the CUDA combiner codes follow kernels/core/combine.h");
 
 // Device-side checks of table t's segments (inverse, row_splits, weights at input offsets
 // n_tables * {1, 2, 3} + t) against num_unique rows; waits for their outcome.
