@@ -8,6 +8,7 @@
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/dynamic_table.h"
 #include "kernels/tf/input_checks.h"
+#include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 
@@ -26,10 +27,6 @@ namespace {
 absl::Status GetTable(OpKernelContext* ctx,
                       tensorflow::core::RefCountPtr<DynamicTableResource>* t) {
   return LookupResource(ctx, HandleFromInput(ctx, 0), t);
-}
-
-std::string Label(const std::string& name) {
-  return name.empty() ? "dynamic table" : "dynamic table '" + name + "'";
 }
 
 }  // namespace
@@ -100,7 +97,7 @@ class DynamicLookupOp : public OpKernel {
     tensorflow::mutex_lock lock(t->mu);
     const int64_t dim = t->table.config().dim;
     OP_REQUIRES(ctx, dim == dim_,
-                errors::InvalidArgument(Label(name_), ": rows have ", dim,
+                errors::InvalidArgument(DynamicTableLabel(name_), ": rows have ", dim,
                                         " columns, the lookup "
                                         "expects ",
                                         dim_));
@@ -111,7 +108,8 @@ class DynamicLookupOp : public OpKernel {
     // Keys may repeat (the table counts each once per step); rows come back in key order.
     const std::string problem =
         t->table.Lookup(keys.flat<int64_t>().data(), n, out->flat<float>().data(), run);
-    OP_REQUIRES(ctx, problem.empty(), errors::InvalidArgument(Label(name_), ": ", problem));
+    OP_REQUIRES(ctx, problem.empty(),
+                errors::InvalidArgument(DynamicTableLabel(name_), ": ", problem));
   }
 
  private:
@@ -138,7 +136,7 @@ class DynamicApplyOp : public OpKernel {
     const auto hv = ctx->input(3).flat<double>();
     int64_t step = 0;
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, 4, &step));
-    const std::string label = Label(name_);
+    const std::string label = DynamicTableLabel(name_);
     OP_REQUIRES(ctx, hv.size() >= 2, errors::InvalidArgument(label, ": bad hyper-parameters"));
     OptimizerHyper hyper;
     hyper.lr = hv(0);

@@ -18,6 +18,11 @@ inline std::string TableLabel(const std::vector<std::string>& names, int t) {
   return label;
 }
 
+// "dynamic table 'name'" (or "dynamic table"): how the hash-table kernels name a table.
+inline std::string DynamicTableLabel(const std::string& name) {
+  return name.empty() ? "dynamic table" : "dynamic table '" + name + "'";
+}
+
 // Checks, under the variable's lock, that it holds an initialized 2-D tensor of type T.
 template <typename T>
 absl::Status CheckTable(tensorflow::Var* var, const std::string& label) {

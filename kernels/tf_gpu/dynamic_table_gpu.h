@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cuda/sok_lite_cuda.h"
+#include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_base.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -16,11 +17,6 @@
 #include "tensorflow/core/platform/mutex.h"
 
 namespace sok_lite {
-
-// "dynamic table 'name'", as the CPU kernels name a table in their errors.
-inline std::string DynamicTableLabel(const std::string& name) {
-  return name.empty() ? "dynamic table" : "dynamic table '" + name + "'";
-}
 
 // The optimizer slot arrays a device table can hold (SokLiteCudaTable::slots).
 constexpr int kMaxDeviceSlots = 3;
