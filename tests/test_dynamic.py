@@ -117,6 +117,27 @@ def test_capacity_evicts_by_policy(policy, expected):
     assert sorted(stored(table)) == expected
 
 
+def test_rows_of_the_batch_are_not_evicted_for_its_new_keys():
+    table = sok.DynamicVariable(2, capacity=3, evict_policy="lru")
+    for key in (1, 2, 3):
+        sok.lookup_sparse(table, ragged([[key]]))
+    # Key 1 is the least recently used row, but this batch sees it (twice): the room for key 4
+    # comes from evicting 2.
+    sok.lookup_sparse(table, ragged([[3], [1], [3, 4], [1]]))
+    assert sorted(stored(table)) == [1, 3, 4]
+
+
+def test_gradient_sums_the_repeats_of_a_key():
+    table = sok.DynamicVariable(3, initializer="zeros")
+    with tf.GradientTape() as tape:
+        out = sok.lookup_sparse(table, ragged([[5, 5, -(2**63)], [5]]))
+        loss = tf.reduce_sum(out * tf.constant([[1.0], [10.0]]))
+    grad = tape.gradient(loss, table)
+    assert isinstance(grad, tf.IndexedSlices)
+    assert grad.indices.numpy().tolist() == [5, -(2**63)]  # one row per key, first seen first
+    np.testing.assert_array_equal(grad.values.numpy(), [[12.0] * 3, [1.0] * 3])
+
+
 def test_capacity_too_small_for_one_lookup():
     table = sok.DynamicVariable(2, capacity=2, name="tiny")
     with pytest.raises(tf.errors.InvalidArgumentError, match="'tiny'.*capacity 2 is too small"):

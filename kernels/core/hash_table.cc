@@ -131,11 +131,21 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
   std::vector<int64_t> rows(n);
   const uint64_t mask = slots_.size() - 1;
   run(n, [&](int64_t i0, int64_t i1) {
+    // Each key is hashed once: the hash of key i + kPrefetchDistance prefetches its slot and
+    // waits in `ahead` until that key is probed.
+    uint64_t ahead[kPrefetchDistance];
+    for (int64_t i = i0; i < std::min(i1, i0 + kPrefetchDistance); ++i) {
+      ahead[i % kPrefetchDistance] = HashKey(keys[i]);
+      __builtin_prefetch(&slots_[ahead[i % kPrefetchDistance] & mask], 0, 3);
+    }
     for (int64_t i = i0; i < i1; ++i) {
+      const uint64_t hash = ahead[i % kPrefetchDistance];
       if (i + kPrefetchDistance < i1) {
-        __builtin_prefetch(&slots_[HashKey(keys[i + kPrefetchDistance]) & mask], 0, 3);
+        const uint64_t next = HashKey(keys[i + kPrefetchDistance]);
+        ahead[i % kPrefetchDistance] = next;
+        __builtin_prefetch(&slots_[next & mask], 0, 3);
       }
-      const int64_t s = FindSlot(keys[i], HashKey(keys[i]));
+      const int64_t s = FindSlot(keys[i], hash);
       rows[i] = s < 0 ? -1 : slots_[s].row;
       if (s < 0) continue;
       RowMeta& meta = meta_[rows[i]];
