@@ -142,6 +142,12 @@ def lib_path() -> Path:
 
 
 def load(path=None) -> ctypes.CDLL:
+    if os.environ.get("SOK_LITE_CUPY_POOL", "1") == "0":
+        import cupy
+
+        # Every array its own cudaMalloc: compute-sanitizer only sees an access outside an
+        # array when no pool block lies beyond it.
+        cupy.cuda.set_allocator(None)
     lib = ctypes.CDLL(str(path or lib_path()))
     for name, argtypes in _SIGNATURES.items():
         fn = getattr(lib, name)
