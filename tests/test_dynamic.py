@@ -138,6 +138,19 @@ def test_gradient_sums_the_repeats_of_a_key():
     np.testing.assert_array_equal(grad.values.numpy(), [[12.0] * 3, [1.0] * 3])
 
 
+def test_update_sums_repeated_keys_and_skips_keys_not_stored():
+    table = sok.DynamicVariable(2, initializer="zeros")
+    sok.lookup_sparse(table, ragged([[3, 4]]))
+    grads = tf.constant([[1.0, 2.0], [10.0, 20.0], [100.0, 200.0], [5.0, 5.0]])
+    keys = tf.constant([3, 9, 3, 4], tf.int64)  # 9 was never looked up
+    with sok.OptimizerScope([table]):
+        keras.optimizers.SGD(1.0).apply_gradients([(tf.IndexedSlices(grads, keys), table)])
+    rows = stored(table)
+    assert sorted(rows) == [3, 4]
+    np.testing.assert_array_equal(rows[3], [-101.0, -202.0])
+    np.testing.assert_array_equal(rows[4], [-5.0, -5.0])
+
+
 def test_capacity_too_small_for_one_lookup():
     table = sok.DynamicVariable(2, capacity=2, name="tiny")
     with pytest.raises(tf.errors.InvalidArgumentError, match="'tiny'.*capacity 2 is too small"):

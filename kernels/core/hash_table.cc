@@ -31,6 +31,29 @@ int64_t HashTable::FindSlot(int64_t key, uint64_t hash) const {
 
 int64_t HashTable::FindSlot(int64_t key) const { return FindSlot(key, HashKey(key)); }
 
+template <typename F>
+void HashTable::ForEachSlot(const int64_t* keys, int64_t n, const Runner& run, F on_slot) const {
+  const uint64_t mask = slots_.size() - 1;
+  run(n, [&](int64_t i0, int64_t i1) {
+    // Each key is hashed once: the hash of key i + kPrefetchDistance prefetches its slot and
+    // waits in `ahead` until that key is probed.
+    uint64_t ahead[kPrefetchDistance];
+    for (int64_t i = i0; i < std::min(i1, i0 + kPrefetchDistance); ++i) {
+      ahead[i % kPrefetchDistance] = HashKey(keys[i]);
+      __builtin_prefetch(&slots_[ahead[i % kPrefetchDistance] & mask], 0, 3);
+    }
+    for (int64_t i = i0; i < i1; ++i) {
+      const uint64_t hash = ahead[i % kPrefetchDistance];
+      if (i + kPrefetchDistance < i1) {
+        const uint64_t next = HashKey(keys[i + kPrefetchDistance]);
+        ahead[i % kPrefetchDistance] = next;
+        __builtin_prefetch(&slots_[next & mask], 0, 3);
+      }
+      on_slot(i, FindSlot(keys[i], hash));
+    }
+  });
+}
+
 float* HashTable::Find(int64_t key) {
   const int64_t s = FindSlot(key);
   return s < 0 ? nullptr : RowPtr(slots_[s].row);
@@ -126,34 +149,17 @@ std::string HashTable::MakeRoom(int64_t needed) {
 std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const Runner& run) {
   ++step_;
   const int64_t dim = config_.dim;
-  // Probe in parallel, hash slots prefetched a few keys ahead. A key may repeat, so the marks
-  // are atomic: whoever moves last_seen to this step counts the step, once.
+  // Probe in parallel. A key may repeat, so the marks are atomic: whoever moves last_seen to
+  // this step counts the step, once.
   std::vector<int64_t> rows(n);
-  const uint64_t mask = slots_.size() - 1;
-  run(n, [&](int64_t i0, int64_t i1) {
-    // Each key is hashed once: the hash of key i + kPrefetchDistance prefetches its slot and
-    // waits in `ahead` until that key is probed.
-    uint64_t ahead[kPrefetchDistance];
-    for (int64_t i = i0; i < std::min(i1, i0 + kPrefetchDistance); ++i) {
-      ahead[i % kPrefetchDistance] = HashKey(keys[i]);
-      __builtin_prefetch(&slots_[ahead[i % kPrefetchDistance] & mask], 0, 3);
-    }
-    for (int64_t i = i0; i < i1; ++i) {
-      const uint64_t hash = ahead[i % kPrefetchDistance];
-      if (i + kPrefetchDistance < i1) {
-        const uint64_t next = HashKey(keys[i + kPrefetchDistance]);
-        ahead[i % kPrefetchDistance] = next;
-        __builtin_prefetch(&slots_[next & mask], 0, 3);
-      }
-      const int64_t s = FindSlot(keys[i], hash);
-      rows[i] = s < 0 ? -1 : slots_[s].row;
-      if (s < 0) continue;
-      RowMeta& meta = meta_[rows[i]];
-      // Read first: a hot key may repeat many times, and only its first sighting writes.
-      if (__atomic_load_n(&meta.last_seen, __ATOMIC_RELAXED) != step_ &&
-          __atomic_exchange_n(&meta.last_seen, step_, __ATOMIC_RELAXED) != step_) {
-        __atomic_fetch_add(&meta.count, 1, __ATOMIC_RELAXED);
-      }
+  ForEachSlot(keys, n, run, [&](int64_t i, int64_t s) {
+    rows[i] = s < 0 ? -1 : slots_[s].row;
+    if (s < 0) return;
+    RowMeta& meta = meta_[rows[i]];
+    // Read first: a hot key may repeat many times, and only its first sighting writes.
+    if (__atomic_load_n(&meta.last_seen, __ATOMIC_RELAXED) != step_ &&
+        __atomic_exchange_n(&meta.last_seen, step_, __ATOMIC_RELAXED) != step_) {
+      __atomic_fetch_add(&meta.count, 1, __ATOMIC_RELAXED);
     }
   });
   // Admission and inserts are serial (they change the index). Missing positions sorted by
@@ -202,16 +208,24 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
   return "";
 }
 
+void HashTable::RecordsForUpdate(const int64_t* keys, int64_t n, int64_t step, float** records,
+                                 const Runner& run) {
+  ForEachSlot(keys, n, run, [&](int64_t i, int64_t s) {
+    if (s < 0) {
+      records[i] = nullptr;
+      return;
+    }
+    const int64_t r = slots_[s].row;
+    records[i] = RowPtr(r);
+    meta_[r].updated = step;  // keys are distinct: no two calls write one row
+  });
+}
+
 void HashTable::Assign(int64_t key, const float* row, bool with_slots, int64_t step) {
   int64_t s = FindSlot(key);
   const int64_t r = s < 0 ? Insert(key) : slots_[s].row;
   std::memcpy(RowPtr(r), row, (with_slots ? stride() : config_.dim) * sizeof(float));
   meta_[r].updated = step;
-}
-
-void HashTable::MarkUpdated(int64_t key, int64_t step) {
-  const int64_t s = FindSlot(key);
-  if (s >= 0) meta_[slots_[s].row].updated = step;
 }
 
 int64_t HashTable::CountSince(int64_t since_step) const {

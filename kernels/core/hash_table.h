@@ -50,12 +50,15 @@ class HashTable {
   // Pointer to the stored row of key (value then slots), or null if the key is not stored.
   float* Find(int64_t key);
 
+  // For an optimizer step: records[i] = the stored row of keys[i] (value then slots) or null,
+  // probed through `run`; the found rows count as updated at optimizer step `step`. Keys must
+  // be distinct.
+  void RecordsForUpdate(const int64_t* keys, int64_t n, int64_t step, float** records,
+                        const Runner& run);
+
   // Stores key with `row` ([stride] floats, or [dim] with slots at their initial values),
   // replacing any existing row; the row counts as updated at optimizer step `step`.
   void Assign(int64_t key, const float* row, bool with_slots, int64_t step);
-
-  // Records that key's row was changed by optimizer step `step` (for incremental dumps).
-  void MarkUpdated(int64_t key, int64_t step);
 
   // Adds slots (re-laying out every stored row); existing slots keep their values.
   void AddSlots(const std::vector<float>& initial_values);
@@ -98,6 +101,10 @@ class HashTable {
     int64_t updated;    // optimizer step of the last change; -1: never changed
   };
 
+  // Calls on_slot(i, hash slot of keys[i] or -1) for i in [0, n) through `run`, each key
+  // hashed once and its slot prefetched a few keys ahead.
+  template <typename F>
+  void ForEachSlot(const int64_t* keys, int64_t n, const Runner& run, F on_slot) const;
   int64_t FindSlot(int64_t key) const;  // hash slot holding key, or -1
   int64_t FindSlot(int64_t key, uint64_t hash) const;
   int64_t Insert(int64_t key);  // stores a new row initialized from the config

@@ -60,9 +60,15 @@ int NumSlots(OptimizerKind kind, const std::vector<double>& p) {
   return 0;
 }
 
-template <typename T>
-void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const int64_t* rows,
-               const T* grads, int64_t i0, int64_t i1, T* var, const std::vector<T*>& slots) {
+namespace {
+
+constexpr int kMaxSlots = 4;
+
+// The update of rows [i0, i1): locate(i, &w, slot_rows) points w at row i's values and
+// slot_rows[s] at its slot s (false: no row, skipped); prefetch(i) fetches them ahead.
+template <typename T, typename Locate, typename Prefetch>
+void UpdateRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const T* grads,
+                int64_t i0, int64_t i1, const Locate& locate, const Prefetch& prefetch) {
   const T lr = static_cast<T>(h.lr);
   const T wd = static_cast<T>(h.weight_decay);
   auto p = [&](size_t i) { return static_cast<T>(h.p[i]); };
@@ -77,13 +83,10 @@ void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const i
   const bool rms_momentum = kind == OptimizerKind::kRmsprop && h.p[1] > 0;
   const bool rms_centered = kind == OptimizerKind::kRmsprop && h.p[3] != 0;
   for (int64_t i = i0; i < i1; ++i) {
-    if (i + kPrefetchDistance < i1) {
-      const int64_t ahead = rows[i + kPrefetchDistance] * dim;
-      PrefetchBytes<1>(var + ahead, dim * sizeof(T));
-      for (T* slot : slots) PrefetchBytes<1>(slot + ahead, dim * sizeof(T));
-    }
-    const int64_t off = rows[i] * dim;
-    T* w = var + off;
+    if (i + kPrefetchDistance < i1) prefetch(i + kPrefetchDistance);
+    T* w = nullptr;
+    T* slots[kMaxSlots];
+    if (!locate(i, &w, slots)) continue;
     const T* g = grads + i * dim;
     if (wd != T(0)) {
       for (int64_t d = 0; d < dim; ++d) w[d] = w[d] - w[d] * wd * lr;
@@ -94,7 +97,7 @@ void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const i
         break;
       case OptimizerKind::kMomentum:
       case OptimizerKind::kNesterov: {
-        T* m = slots[0] + off;
+        T* m = slots[0];
         const T mu = p(0);
         for (int64_t d = 0; d < dim; ++d) {
           m[d] = m[d] * mu - g[d] * lr;
@@ -104,9 +107,9 @@ void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const i
       }
       case OptimizerKind::kAdam:
       case OptimizerKind::kAmsgrad: {
-        T* m = slots[0] + off;
-        T* v = slots[1] + off;
-        T* v_hat = kind == OptimizerKind::kAmsgrad ? slots[2] + off : nullptr;
+        T* m = slots[0];
+        T* v = slots[1];
+        T* v_hat = kind == OptimizerKind::kAmsgrad ? slots[2] : nullptr;
         const T eps = p(2);
         for (int64_t d = 0; d < dim; ++d) {
           m[d] += (g[d] - m[d]) * one_minus_b1;
@@ -118,7 +121,7 @@ void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const i
         break;
       }
       case OptimizerKind::kAdagrad: {
-        T* acc = slots[0] + off;
+        T* acc = slots[0];
         const T eps = p(0);
         for (int64_t d = 0; d < dim; ++d) {
           acc[d] += g[d] * g[d];
@@ -127,9 +130,9 @@ void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const i
         break;
       }
       case OptimizerKind::kRmsprop: {
-        T* vel = slots[0] + off;
-        T* mom = rms_momentum ? slots[1] + off : nullptr;
-        T* avg = rms_centered ? slots[rms_momentum ? 2 : 1] + off : nullptr;
+        T* vel = slots[0];
+        T* mom = rms_momentum ? slots[1] : nullptr;
+        T* avg = rms_centered ? slots[rms_momentum ? 2 : 1] : nullptr;
         const T rho = p(0), mu = p(1), eps = p(2);
         for (int64_t d = 0; d < dim; ++d) {
           vel[d] = rho * vel[d] + (T(1) - rho) * (g[d] * g[d]);
@@ -149,8 +152,8 @@ void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const i
         break;
       }
       case OptimizerKind::kFtrl: {
-        T* accum = slots[0] + off;
-        T* linear = slots[1] + off;
+        T* accum = slots[0];
+        T* linear = slots[1];
         const T lr_power = p(0), l1 = p(1), l2 = p(2) + p(3) / (T(2) * lr), shrink = p(4);
         for (int64_t d = 0; d < dim; ++d) {
           const T grad_to_use = g[d] + T(2) * shrink * w[d];
@@ -168,10 +171,49 @@ void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const i
   }
 }
 
+}  // namespace
+
+template <typename T>
+void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const int64_t* rows,
+               const T* grads, int64_t i0, int64_t i1, T* var, const std::vector<T*>& slots) {
+  const int num_slots = static_cast<int>(slots.size());
+  const auto locate = [&](int64_t i, T** w, T** slot_rows) {
+    const int64_t off = rows[i] * dim;
+    *w = var + off;
+    for (int s = 0; s < std::min(num_slots, kMaxSlots); ++s) slot_rows[s] = slots[s] + off;
+    return true;
+  };
+  const auto prefetch = [&](int64_t i) {
+    const int64_t off = rows[i] * dim;
+    PrefetchBytes<1>(var + off, dim * sizeof(T));
+    for (T* slot : slots) PrefetchBytes<1>(slot + off, dim * sizeof(T));
+  };
+  UpdateRows(kind, h, dim, grads, i0, i1, locate, prefetch);
+}
+
+template <typename T>
+void ApplyRowRecords(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, int num_slots,
+                     T* const* records, const T* grads, int64_t i0, int64_t i1) {
+  const auto locate = [&](int64_t i, T** w, T** slot_rows) {
+    if (records[i] == nullptr) return false;
+    *w = records[i];
+    for (int s = 0; s < std::min(num_slots, kMaxSlots); ++s) {
+      slot_rows[s] = records[i] + (s + 1) * dim;
+    }
+    return true;
+  };
+  const auto prefetch = [&](int64_t i) {
+    if (records[i] != nullptr) PrefetchBytes<1>(records[i], (1 + num_slots) * dim * sizeof(T));
+  };
+  UpdateRows(kind, h, dim, grads, i0, i1, locate, prefetch);
+}
+
 template void ApplyRows<float>(OptimizerKind, const OptimizerHyper&, int64_t, const int64_t*,
                                const float*, int64_t, int64_t, float*, const std::vector<float*>&);
 template void ApplyRows<double>(OptimizerKind, const OptimizerHyper&, int64_t, const int64_t*,
                                 const double*, int64_t, int64_t, double*,
                                 const std::vector<double*>&);
+template void ApplyRowRecords<float>(OptimizerKind, const OptimizerHyper&, int64_t, int,
+                                     float* const*, const float*, int64_t, int64_t);
 
 }  // namespace sok_lite

@@ -44,6 +44,13 @@ template <typename T>
 void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const int64_t* rows,
                const T* grads, int64_t i0, int64_t i1, T* var, const std::vector<T*>& slots);
 
+// The same update for rows stored as records (a hash table's): records[i] points to the row's
+// value, then each of its num_slots slots, dim values each; a null record is skipped. Records
+// must be distinct within the whole call. At most 4 slots.
+template <typename T>
+void ApplyRowRecords(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, int num_slots,
+                     T* const* records, const T* grads, int64_t i0, int64_t i1);
+
 }  // namespace sok_lite
 
 #endif  // SOK_LITE_KERNELS_CORE_OPTIMIZERS_H_

@@ -161,25 +161,32 @@ class DynamicApplyOp : public OpKernel {
                                         slot_init_.size(), " (one optimizer per table)"));
     // Slots restored from a checkpoint were laid out before the optimizer was known.
     table.SetSlotInit(std::vector<float>(slot_init_.begin(), slot_init_.end()));
-    // Sum the gradients of repeated keys, then update each stored row once.
-    std::vector<int64_t> keys(n);
+    // Sum the gradients of repeated keys (lookup_sparse's never repeat), then update each
+    // stored row once, rows found and updated on all threads.
+    std::vector<int64_t> unique(n);
     std::vector<int32_t> inverse(n);
-    const int64_t u = UniqueIds(keys_t.flat<int64_t>().data(), n, keys.data(), inverse.data());
-    std::vector<float> summed(u * dim, 0.0f);
+    const int64_t* k = keys_t.flat<int64_t>().data();
+    const int64_t u = UniqueIds(k, n, unique.data(), inverse.data());
     const float* g = grads.flat<float>().data();
-    for (int64_t i = 0; i < n; ++i) {
-      float* dst = summed.data() + static_cast<int64_t>(inverse[i]) * dim;
-      for (int64_t d = 0; d < dim; ++d) dst[d] += g[i * dim + d];
+    std::vector<float> summed;
+    if (u < n) {
+      summed.assign(u * dim, 0.0f);
+      for (int64_t i = 0; i < n; ++i) {
+        float* dst = summed.data() + static_cast<int64_t>(inverse[i]) * dim;
+        for (int64_t d = 0; d < dim; ++d) dst[d] += g[i * dim + d];
+      }
+      k = unique.data();
+      g = summed.data();
     }
-    const int64_t zero = 0;
-    std::vector<float*> slots(table.num_slots());
-    for (int64_t i = 0; i < u; ++i) {
-      float* row = table.Find(keys[i]);
-      if (row == nullptr) continue;
-      for (int s = 0; s < table.num_slots(); ++s) slots[s] = row + (s + 1) * dim;
-      ApplyRows(kind_, hyper, dim, &zero, summed.data() + i * dim, 0, 1, row, slots);
-      table.MarkUpdated(keys[i], step);
-    }
+    const HashTable::Runner run = [ctx](int64_t total,
+                                        const std::function<void(int64_t, int64_t)>& fn) {
+      ParallelFor(ctx, total, 500, fn);
+    };
+    std::vector<float*> records(u);
+    table.RecordsForUpdate(k, u, step, records.data(), run);
+    ParallelFor(ctx, u, 40 * dim * (1 + table.num_slots()), [&](int64_t i0, int64_t i1) {
+      ApplyRowRecords(kind_, hyper, dim, table.num_slots(), records.data(), g, i0, i1);
+    });
   }
 
  private:

@@ -260,9 +260,11 @@ class SegmentCombineGradOp : public OpKernel {
       if (num_unique == 0 || dim == 0) continue;
       // Blocks of (unique rows x 16-column slices): each task owns one block, so the scatter-add
       // needs no atomics and no sort. Column slices first (perfect balance), then row ranges
-      // balanced by id count once there are more threads than slices.
+      // balanced by id count once there are more threads than slices. Half the pool's threads:
+      // the scatter-add is bound by memory, and on 2 threads two blocks took 2.6x as long as
+      // one (docs/benchmarks.md), while TF's other threads compete for the same cores.
       const int64_t threads =
-          std::max(1, ctx->device()->tensorflow_cpu_worker_threads()->num_threads);
+          std::max(1, ctx->device()->tensorflow_cpu_worker_threads()->num_threads / 2);
       const int64_t col_blocks = std::min<int64_t>(threads, (dim + 15) / 16);
       const int64_t row_blocks =
           std::min<int64_t>((threads + col_blocks - 1) / col_blocks, num_unique);
