@@ -1,4 +1,5 @@
 // CPU kernels of the lookup family; the math lives in kernels/core.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -105,24 +106,32 @@ class UniqueIdsOp : public OpKernel {
                                           ": row_splits must have at least 1 entry"));
     }
     std::vector<std::string> problems(n_tables);
-    std::vector<std::vector<int64_t>> uniques(n_tables);
+    std::vector<std::unique_ptr<int64_t[]>> uniques(n_tables);  // n each, uninitialized
+    std::vector<int64_t> counts(n_tables);
     std::vector<int32_t*> inverses(n_tables);
     for (int t = 0; t < n_tables; ++t) {
       Tensor* inverse = nullptr;
       OP_REQUIRES_OK(ctx, ctx->allocate_output(n_tables + t, ids[t].shape(), &inverse));
       inverses[t] = inverse->flat<int32_t>().data();
+      uniques[t].reset(new int64_t[std::max<int64_t>(ids[t].NumElements(), 1)]);
     }
-    ParallelFor(ctx, n_tables, 50 * (1 + ids[0].NumElements()), [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
+    // Two tasks per table, run side by side: the checks, and the dedup (safe on unchecked ids:
+    // any int64 value is a valid key to it; its result is dropped if a check fails).
+    ParallelFor(ctx, 2 * n_tables, 50 * (1 + ids[0].NumElements()), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t t = i / 2;
         const int64_t n = ids[t].NumElements();
         const int64_t batch = splits[t].NumElements() - 1;
         const int64_t* id = ids[t].flat<int64_t>().data();
         const int64_t* rs = splits[t].flat<int64_t>().data();
-        problems[t] = CheckRowSplits(rs, batch, n);
-        if (problems[t].empty()) problems[t] = CheckIds(id, rs, batch, num_rows_[t], hotness_[t]);
-        if (!problems[t].empty()) continue;
-        uniques[t].resize(n);
-        uniques[t].resize(UniqueIds(id, n, uniques[t].data(), inverses[t]));
+        if (i % 2 == 0) {
+          problems[t] = CheckRowSplits(rs, batch, n);
+          if (problems[t].empty()) {
+            problems[t] = CheckIds(id, rs, batch, num_rows_[t], hotness_[t]);
+          }
+        } else {
+          counts[t] = UniqueIds(id, n, uniques[t].get(), inverses[t]);
+        }
       }
     });
     for (int t = 0; t < n_tables; ++t) {
@@ -131,9 +140,8 @@ class UniqueIdsOp : public OpKernel {
     }
     for (int t = 0; t < n_tables; ++t) {
       Tensor* unique = nullptr;
-      const int64_t u = uniques[t].size();
-      OP_REQUIRES_OK(ctx, ctx->allocate_output(t, TensorShape({u}), &unique));
-      std::copy(uniques[t].begin(), uniques[t].end(), unique->flat<int64_t>().data());
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(t, TensorShape({counts[t]}), &unique));
+      std::copy(uniques[t].get(), uniques[t].get() + counts[t], unique->flat<int64_t>().data());
     }
   }
 
