@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 from tests.op_fuzz_cases import (
     INT64_MAX,
     INT64_MIN,
+    NUM_PARAMS,
     OPTIMIZER_KINDS,
     Case,
     expect,
@@ -78,7 +79,8 @@ def _apply(draw, table, dim):
     rows = keys.size + (1 if rare(draw) else 0)
     grads = _rows(draw, rows, dim)
     invalid = ""
-    if kind == "bogus" or hyper.size < 2 or slots != num_slots_for(kind, hyper):
+    short = kind in NUM_PARAMS and hyper.size < 2 + NUM_PARAMS[kind]
+    if kind == "bogus" or short or slots != num_slots_for(kind, hyper):
         invalid = "an unknown kind, short hyper vector or wrong slot count"
     elif rows != keys.size or (rows and dim > MAX_WIDTH):
         invalid = "gradients that do not fit the keys"

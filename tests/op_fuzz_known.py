@@ -441,6 +441,22 @@ FINDINGS = [
         ),
     ),
     Finding(
+        "dynamic_apply_short_hyper",
+        "DynamicApply: a hyper vector shorter than the optimizer's parameters was accepted on the "
+        "CPU and read past its end once a key had a stored row (the GPU kernel checked it)",
+        lambda c: _op(c, "dynamic_apply") and _short_hyper(c),
+        _case(
+            "dynamic_apply",
+            table=TABLE,
+            keys=np.array([1], I64),
+            grads=np.zeros([1, 2], np.float32),
+            hyper=np.array([0.1, 0.0]),
+            step=np.array(1, I64),
+            kind="adam",
+            slot_init=[0.0, 0.0],
+        ),
+    ),
+    Finding(
         "dynamic_export_since_step_not_scalar",
         "DynamicExport: a since_step of shape [k] reaches scalar<int64>(); CHECK abort",
         _not_scalar("dynamic_export", "since_step", eager_only=False),

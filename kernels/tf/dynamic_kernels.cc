@@ -8,6 +8,7 @@
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/dynamic_table.h"
 #include "kernels/tf/input_checks.h"
+#include "kernels/tf/optimizer_args.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -120,12 +121,9 @@ class DynamicLookupOp : public OpKernel {
 class DynamicApplyOp : public OpKernel {
  public:
   explicit DynamicApplyOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string kind;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("kind", &kind));
+    OP_REQUIRES_OK(ctx, ReadOptimizerKind(ctx, &kind_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("slot_init", &slot_init_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &name_));
-    OP_REQUIRES(ctx, ParseOptimizerKind(kind, &kind_),
-                errors::InvalidArgument("unknown optimizer kind '", kind, "'"));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -133,17 +131,12 @@ class DynamicApplyOp : public OpKernel {
     OP_REQUIRES_OK(ctx, GetTable(ctx, &t));
     const Tensor& keys_t = ctx->input(1);
     const Tensor& grads = ctx->input(2);
-    const auto hv = ctx->input(3).flat<double>();
     int64_t step = 0;
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, 4, &step));
     const std::string label = DynamicTableLabel(name_);
-    OP_REQUIRES(ctx, hv.size() >= 2, errors::InvalidArgument(label, ": bad hyper-parameters"));
     OptimizerHyper hyper;
-    hyper.lr = hv(0);
-    hyper.weight_decay = hv(1);
-    hyper.p.assign(hv.data() + 2, hv.data() + hv.size());
-    OP_REQUIRES(ctx, NumSlots(kind_, hyper.p) == static_cast<int>(slot_init_.size()),
-                errors::InvalidArgument(label, ": slot count does not match the optimizer"));
+    OP_REQUIRES_OK(ctx, ReadOptimizerHyper(ctx->input(3), kind_,
+                                           static_cast<int>(slot_init_.size()), label, &hyper));
     const int64_t n = keys_t.NumElements();
     tensorflow::mutex_lock lock(t->mu);
     HashTable& table = t->table;

@@ -8,6 +8,7 @@
 #include "kernels/core/unique.h"
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/input_checks.h"
+#include "kernels/tf/optimizer_args.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -46,11 +47,8 @@ template <typename T>
 class SparseApplyOp : public OpKernel {
  public:
   explicit SparseApplyOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string kind;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("kind", &kind));
+    OP_REQUIRES_OK(ctx, ReadOptimizerKind(ctx, &kind_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("var_name", &name_));
-    OP_REQUIRES(ctx, ParseOptimizerKind(kind, &kind_),
-                errors::InvalidArgument("unknown optimizer kind '", kind, "'"));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -59,21 +57,9 @@ class SparseApplyOp : public OpKernel {
     const Tensor& grads = ctx->input(num_slots + 2);
     const Tensor& hyper_t = ctx->input(num_slots + 3);
     const std::string label = "variable '" + name_ + "'";
-    OP_REQUIRES(ctx, hyper_t.NumElements() >= 2,
-                errors::InvalidArgument(label, ": hyper needs learning rate and weight decay"));
-    OP_REQUIRES_OK(ctx, RankInput(ctx, num_slots + 2, 2));
-    const auto hv = hyper_t.flat<double>();
     OptimizerHyper hyper;
-    hyper.lr = hv(0);
-    hyper.weight_decay = hv(1);
-    hyper.p.assign(hv.data() + 2, hv.data() + hv.size());
-    OP_REQUIRES(
-        ctx, static_cast<int64_t>(hyper.p.size()) >= NumParams(kind_),
-        errors::InvalidArgument(label, ": optimizer needs ", NumParams(kind_),
-                                " parameters after lr and weight decay, got ", hyper.p.size()));
-    OP_REQUIRES(ctx, NumSlots(kind_, hyper.p) == num_slots,
-                errors::InvalidArgument(label, ": optimizer needs ", NumSlots(kind_, hyper.p),
-                                        " slots, got ", num_slots));
+    OP_REQUIRES_OK(ctx, ReadOptimizerHyper(hyper_t, kind_, num_slots, label, &hyper));
+    OP_REQUIRES_OK(ctx, RankInput(ctx, num_slots + 2, 2));
     const int64_t n = indices.NumElements();
     const int64_t dim = grads.dim_size(1);
     OP_REQUIRES(ctx, grads.dim_size(0) == n,

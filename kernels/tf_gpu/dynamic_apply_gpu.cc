@@ -9,6 +9,7 @@
 #include "kernels/core/optimizers.h"
 #include "kernels/cuda/sok_lite_cuda.h"
 #include "kernels/tf/input_checks.h"
+#include "kernels/tf/optimizer_args.h"
 #include "kernels/tf_gpu/dynamic_table_gpu.h"
 #include "kernels/tf_gpu/gpu_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -24,12 +25,9 @@ namespace errors = ::tensorflow::errors;
 class DynamicApplyGpuOp : public OpKernel {
  public:
   explicit DynamicApplyGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string kind;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("kind", &kind));
+    OP_REQUIRES_OK(ctx, ReadOptimizerKind(ctx, &kind_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("slot_init", &slot_init_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &name_));
-    OP_REQUIRES(ctx, ParseOptimizerKind(kind, &kind_),
-                errors::InvalidArgument("unknown optimizer kind '", kind, "'"));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -37,17 +35,12 @@ class DynamicApplyGpuOp : public OpKernel {
     OP_REQUIRES_OK(ctx, LookupDeviceTable(ctx, 0, &t));
     const Tensor& keys = ctx->input(1);
     const Tensor& grads = ctx->input(2);
-    const auto hv = ctx->input(3).flat<double>();  // host memory
     int64_t step = 0;
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, 4, &step));  // host memory
     const std::string label = DynamicTableLabel(name_);
-    OP_REQUIRES(ctx, hv.size() >= 2, errors::InvalidArgument(label, ": bad hyper-parameters"));
-    const std::vector<double> params(hv.data() + 2, hv.data() + hv.size());
-    // The launcher reads NumParams values; fewer would be read past the end.
-    OP_REQUIRES(ctx, static_cast<int64_t>(params.size()) >= NumParams(kind_),
-                errors::InvalidArgument(label, ": bad hyper-parameters"));
-    OP_REQUIRES(ctx, NumSlots(kind_, params) == static_cast<int>(slot_init_.size()),
-                errors::InvalidArgument(label, ": slot count does not match the optimizer"));
+    OptimizerHyper hyper;  // hyper: host memory
+    OP_REQUIRES_OK(ctx, ReadOptimizerHyper(ctx->input(3), kind_,
+                                           static_cast<int>(slot_init_.size()), label, &hyper));
     const int64_t n = keys.NumElements();
     tensorflow::mutex_lock lock(t->mu);
     const int64_t dim = t->dim();
@@ -98,11 +91,12 @@ class DynamicApplyGpuOp : public OpKernel {
                                                                   inverse, n, summed, stream),
                                    "scatter_add_rows"));
     std::vector<float*> slot_rows(table.slots, table.slots + table.num_slots);
-    OP_REQUIRES_OK(ctx, CudaStatus(sok_lite_cuda_apply_rows(
-                                       static_cast<int>(kind_), hv(0), hv(1), params.data(),
-                                       static_cast<int>(params.size()), dim, distinct, summed, n,
-                                       table.values, slot_rows.data(), table.num_slots, stream),
-                                   "apply_rows"));
+    OP_REQUIRES_OK(
+        ctx, CudaStatus(sok_lite_cuda_apply_rows(
+                            static_cast<int>(kind_), hyper.lr, hyper.weight_decay, hyper.p.data(),
+                            static_cast<int>(hyper.p.size()), dim, distinct, summed, n,
+                            table.values, slot_rows.data(), table.num_slots, stream),
+                        "apply_rows"));
     OP_REQUIRES_OK(ctx,
                    CudaStatus(sok_lite_cuda_table_mark_updated(&table, distinct, n, step, stream),
                               "table_mark_updated"));

@@ -9,6 +9,7 @@
 #include "kernels/core/optimizers.h"
 #include "kernels/cuda/sok_lite_cuda.h"
 #include "kernels/tf/input_checks.h"
+#include "kernels/tf/optimizer_args.h"
 #include "kernels/tf/table_util.h"
 #include "kernels/tf_gpu/gpu_util.h"
 #include "kernels/tf_gpu/ragged_checks.h"
@@ -51,11 +52,8 @@ absl::Status PrepareInPlaceUpdateOnDevice(OpKernelContext* ctx, Var* var) {
 class SparseApplyGpuOp : public OpKernel {
  public:
   explicit SparseApplyGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string kind;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("kind", &kind));
+    OP_REQUIRES_OK(ctx, ReadOptimizerKind(ctx, &kind_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("var_name", &name_));
-    OP_REQUIRES(ctx, ParseOptimizerKind(kind, &kind_),
-                errors::InvalidArgument("unknown optimizer kind '", kind, "'"));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -64,18 +62,9 @@ class SparseApplyGpuOp : public OpKernel {
     const Tensor& grads = ctx->input(num_slots + 2);
     const Tensor& hyper_t = ctx->input(num_slots + 3);  // host memory
     const std::string label = "variable '" + name_ + "'";
-    OP_REQUIRES(ctx, hyper_t.NumElements() >= 2,
-                errors::InvalidArgument(label, ": hyper needs learning rate and weight decay"));
+    OptimizerHyper hyper;
+    OP_REQUIRES_OK(ctx, ReadOptimizerHyper(hyper_t, kind_, num_slots, label, &hyper));
     OP_REQUIRES_OK(ctx, RankInput(ctx, num_slots + 2, 2));
-    const auto hv = hyper_t.flat<double>();
-    const std::vector<double> params(hv.data() + 2, hv.data() + hv.size());
-    OP_REQUIRES(
-        ctx, static_cast<int64_t>(params.size()) >= NumParams(kind_),
-        errors::InvalidArgument(label, ": optimizer needs ", NumParams(kind_),
-                                " parameters after lr and weight decay, got ", params.size()));
-    OP_REQUIRES(ctx, NumSlots(kind_, params) == num_slots,
-                errors::InvalidArgument(label, ": optimizer needs ", NumSlots(kind_, params),
-                                        " slots, got ", num_slots));
     const int64_t n = indices.NumElements();
     const int64_t dim = grads.dim_size(1);
     OP_REQUIRES(ctx, grads.dim_size(0) == n,
@@ -167,9 +156,9 @@ class SparseApplyGpuOp : public OpKernel {
     std::vector<float*> slots;
     for (int i = 1; i <= num_slots; ++i) slots.push_back(vars[i]->tensor()->flat<float>().data());
     OP_REQUIRES_OK(ctx, CudaStatus(sok_lite_cuda_apply_rows(
-                                       static_cast<int>(kind_), hv(0), hv(1), params.data(),
-                                       static_cast<int>(params.size()), dim, rows, g, u,
-                                       vars[0]->tensor()->flat<float>().data(), slots.data(),
+                                       static_cast<int>(kind_), hyper.lr, hyper.weight_decay,
+                                       hyper.p.data(), static_cast<int>(hyper.p.size()), dim, rows,
+                                       g, u, vars[0]->tensor()->flat<float>().data(), slots.data(),
                                        num_slots, stream),
                                    "apply_rows"));
   }
