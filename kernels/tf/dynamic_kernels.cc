@@ -8,6 +8,7 @@
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/dynamic_table.h"
 #include "kernels/tf/input_checks.h"
+#include "kernels/tf/kernel_args.h"
 #include "kernels/tf/optimizer_args.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -35,27 +36,9 @@ absl::Status GetTable(OpKernelContext* ctx,
 class DynamicTableOp : public OpKernel {
  public:
   explicit DynamicTableOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string kind, policy;
-    int64_t seed = 0;
-    float a = 0, b = 1;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("container", &container_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &name_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &config_.dim));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_kind", &kind));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_a", &a));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_b", &b));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("capacity", &config_.capacity));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("policy", &policy));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("min_count", &config_.min_count));
-    OP_REQUIRES(ctx, config_.dim <= (int64_t{1} << 20),
-                errors::InvalidArgument("row width ", config_.dim, " is out of range"));
-    OP_REQUIRES(ctx, ParseInitKind(kind, &config_.init.kind),
-                errors::InvalidArgument("unknown initializer kind '", kind, "'"));
-    config_.init.seed = static_cast<uint64_t>(seed);
-    config_.init.a = a;
-    config_.init.b = b;
-    config_.policy = policy == "lfu" ? EvictPolicy::kLfu : EvictPolicy::kLru;
+    OP_REQUIRES_OK(ctx, ReadTableConfig(ctx, &config_));
   }
 
   void Compute(OpKernelContext* ctx) override {

@@ -10,6 +10,7 @@
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/dynamic_table.h"
 #include "kernels/tf/input_checks.h"
+#include "kernels/tf/kernel_args.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -30,14 +31,7 @@ namespace errors = ::tensorflow::errors;
 class PartitionByOwnerOp : public OpKernel {
  public:
   explicit PartitionByOwnerOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::vector<int64_t> localized;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_ranks", &num_ranks_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("localized_ranks", &localized));
-    for (int64_t r : localized) {
-      OP_REQUIRES(ctx, r >= Owner::kHashed && r < num_ranks_,
-                  errors::InvalidArgument("localized rank ", r, " of ", num_ranks_, " ranks"));
-      owners_.push_back(Owner{r});
-    }
+    OP_REQUIRES_OK(ctx, ReadOwners(ctx, &num_ranks_, &owners_));
   }
 
   void Compute(OpKernelContext* ctx) override {

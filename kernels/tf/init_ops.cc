@@ -2,6 +2,7 @@
 #include "kernels/core/row_init.h"
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/input_checks.h"
+#include "kernels/tf/kernel_args.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -51,21 +52,8 @@ template <typename T>
 class InitRowsOp : public OpKernel {
  public:
   explicit InitRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string kind;
-    int64_t seed = 0;
-    float a = 0, b = 1;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
-    OP_REQUIRES(ctx, dim_ <= (int64_t{1} << 24),
-                errors::InvalidArgument("row width ", dim_, " is out of range"));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("kind", &kind));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("a", &a));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("b", &b));
-    OP_REQUIRES(ctx, ParseInitKind(kind, &init_.kind),
-                errors::InvalidArgument("unknown initializer kind '", kind, "'"));
-    init_.seed = static_cast<uint64_t>(seed);
-    init_.a = a;
-    init_.b = b;
+    OP_REQUIRES_OK(ctx, ReadRowWidth(ctx, int64_t{1} << 24, &dim_));
+    OP_REQUIRES_OK(ctx, ReadRowInit(ctx, "kind", "a", "b", &init_));
   }
 
   void Compute(OpKernelContext* ctx) override {

@@ -10,6 +10,7 @@
 #include "kernels/core/validate.h"
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/input_checks.h"
+#include "kernels/tf/kernel_args.h"
 #include "kernels/tf/row_splits_op.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -83,14 +84,7 @@ absl::Status ReadCombiners(OpKernelConstruction* ctx, std::vector<Combiner>* com
 class UniqueIdsOp : public OpKernel {
  public:
   explicit UniqueIdsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    int n = 0;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_rows", &num_rows_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("hotness", &hotness_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_names", &names_));
-    OP_REQUIRES(ctx,
-                static_cast<int>(num_rows_.size()) == n && static_cast<int>(hotness_.size()) == n,
-                errors::InvalidArgument("num_rows and hotness need one entry per table"));
+    OP_REQUIRES_OK(ctx, args_.Read(ctx));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -100,9 +94,9 @@ class UniqueIdsOp : public OpKernel {
     const int n_tables = ids.size();
     for (int t = 0; t < n_tables; ++t) {
       OP_REQUIRES(ctx, ids[t].NumElements() < (int64_t{1} << 31),
-                  errors::InvalidArgument(TableLabel(names_, t), ": more than 2^31 ids"));
+                  errors::InvalidArgument(TableLabel(args_.names, t), ": more than 2^31 ids"));
       OP_REQUIRES(ctx, splits[t].NumElements() >= 1,
-                  errors::InvalidArgument(TableLabel(names_, t),
+                  errors::InvalidArgument(TableLabel(args_.names, t),
                                           ": row_splits must have at least 1 entry"));
     }
     std::vector<std::string> problems(n_tables);
@@ -127,7 +121,7 @@ class UniqueIdsOp : public OpKernel {
         if (i % 2 == 0) {
           problems[t] = CheckRowSplits(rs, batch, n);
           if (problems[t].empty()) {
-            problems[t] = CheckIds(id, rs, batch, num_rows_[t], hotness_[t]);
+            problems[t] = CheckIds(id, rs, batch, args_.num_rows[t], args_.hotness[t]);
           }
         } else {
           counts[t] = UniqueIds(id, n, uniques[t].get(), inverses[t]);
@@ -136,7 +130,7 @@ class UniqueIdsOp : public OpKernel {
     });
     for (int t = 0; t < n_tables; ++t) {
       OP_REQUIRES(ctx, problems[t].empty(),
-                  errors::InvalidArgument(TableLabel(names_, t), ": ", problems[t]));
+                  errors::InvalidArgument(TableLabel(args_.names, t), ": ", problems[t]));
     }
     for (int t = 0; t < n_tables; ++t) {
       Tensor* unique = nullptr;
@@ -146,9 +140,7 @@ class UniqueIdsOp : public OpKernel {
   }
 
  private:
-  std::vector<int64_t> num_rows_;
-  std::vector<int64_t> hotness_;
-  std::vector<std::string> names_;
+  UniqueIdsArgs args_;
 };
 
 template <typename T>

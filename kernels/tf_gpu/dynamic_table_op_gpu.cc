@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/core/row_init.h"
+#include "kernels/tf/kernel_args.h"
 #include "kernels/tf_gpu/dynamic_table_gpu.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -20,33 +21,20 @@ namespace errors = ::tensorflow::errors;
 class DynamicTableGpuOp : public OpKernel {
  public:
   explicit DynamicTableGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string kind, policy;
-    int64_t seed = 0, capacity = 0, min_count = 1;
-    float a = 0, b = 1;
+    TableConfig config;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("container", &container_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &name_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_kind", &kind));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_a", &a));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_b", &b));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("capacity", &capacity));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("policy", &policy));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("min_count", &min_count));
-    OP_REQUIRES(ctx, dim_ <= (int64_t{1} << 20),
-                errors::InvalidArgument("row width ", dim_, " is out of range"));
-    InitKind parsed;
-    OP_REQUIRES(ctx, ParseInitKind(kind, &parsed),
-                errors::InvalidArgument("unknown initializer kind '", kind, "'"));
+    OP_REQUIRES_OK(ctx, ReadTableConfig(ctx, &config));
     const std::string label = DynamicTableLabel(name_);
-    OP_REQUIRES(ctx, capacity <= 0,
-                errors::InvalidArgument(label, ": capacity ", capacity, " with '", policy,
-                                        "' eviction is CPU-only; create this table on the CPU"));
-    OP_REQUIRES(ctx, min_count <= 1,
-                errors::InvalidArgument(label, ": min_count ", min_count,
+    OP_REQUIRES(ctx, config.capacity <= 0,
+                errors::InvalidArgument(label, ": capacity ", config.capacity,
+                                        " eviction is CPU-only; create this table on the CPU"));
+    OP_REQUIRES(ctx, config.min_count <= 1,
+                errors::InvalidArgument(label, ": min_count ", config.min_count,
                                         " admission is CPU-only; create this table on the CPU"));
-    // SokLiteCudaInitKind has InitKind's order; a and b as float attributes, like the CPU.
-    init_ = {static_cast<int>(parsed), static_cast<uint64_t>(seed), a, b};
+    dim_ = config.dim;
+    // SokLiteCudaInitKind has InitKind's order.
+    init_ = {static_cast<int>(config.init.kind), config.init.seed, config.init.a, config.init.b};
   }
 
   void Compute(OpKernelContext* ctx) override {

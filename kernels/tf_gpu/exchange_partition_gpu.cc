@@ -5,6 +5,7 @@
 
 #include "kernels/core/exchange.h"
 #include "kernels/cuda/sok_lite_cuda.h"
+#include "kernels/tf/kernel_args.h"
 #include "kernels/tf_gpu/gpu_util.h"
 #include "kernels/tf_gpu/segment_checks.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -22,12 +23,9 @@ namespace errors = ::tensorflow::errors;
 class PartitionByOwnerGpuOp : public OpKernel {
  public:
   explicit PartitionByOwnerGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_ranks", &num_ranks_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("localized_ranks", &owners_));
-    for (int64_t r : owners_) {
-      OP_REQUIRES(ctx, r >= Owner::kHashed && r < num_ranks_,
-                  errors::InvalidArgument("localized rank ", r, " of ", num_ranks_, " ranks"));
-    }
+    std::vector<Owner> owners;
+    OP_REQUIRES_OK(ctx, ReadOwners(ctx, &num_ranks_, &owners));
+    for (const Owner& o : owners) owners_.push_back(o.localized_rank);  // the launcher's codes
   }
 
   void Compute(OpKernelContext* ctx) override {

@@ -5,6 +5,7 @@
 #include "kernels/core/row_init.h"
 #include "kernels/cuda/sok_lite_cuda.h"
 #include "kernels/tf/input_checks.h"
+#include "kernels/tf/kernel_args.h"
 #include "kernels/tf_gpu/gpu_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
@@ -20,21 +21,11 @@ namespace errors = ::tensorflow::errors;
 class InitRowsGpuOp : public OpKernel {
  public:
   explicit InitRowsGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string kind;
-    int64_t seed = 0;
-    float a = 0, b = 1;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
-    OP_REQUIRES(ctx, dim_ <= (int64_t{1} << 24),
-                errors::InvalidArgument("row width ", dim_, " is out of range"));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("kind", &kind));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("a", &a));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("b", &b));
-    InitKind parsed;
-    OP_REQUIRES(ctx, ParseInitKind(kind, &parsed),
-                errors::InvalidArgument("unknown initializer kind '", kind, "'"));
-    // SokLiteCudaInitKind has InitKind's order; a and b as float attributes, like the CPU.
-    init_ = {static_cast<int>(parsed), static_cast<uint64_t>(seed), a, b};
+    RowInit init;
+    OP_REQUIRES_OK(ctx, ReadRowWidth(ctx, int64_t{1} << 24, &dim_));
+    OP_REQUIRES_OK(ctx, ReadRowInit(ctx, "kind", "a", "b", &init));
+    // SokLiteCudaInitKind has InitKind's order.
+    init_ = {static_cast<int>(init.kind), init.seed, init.a, init.b};
   }
 
   void Compute(OpKernelContext* ctx) override {

@@ -7,6 +7,7 @@
 #include "kernels/core/combine.h"
 #include "kernels/cuda/sok_lite_cuda.h"
 #include "kernels/tf/input_checks.h"
+#include "kernels/tf/kernel_args.h"
 #include "kernels/tf/table_util.h"
 #include "kernels/tf_gpu/gpu_util.h"
 #include "kernels/tf_gpu/ragged_checks.h"
@@ -83,14 +84,7 @@ const float* OptionalWeights(const Tensor& weights) {
 class UniqueIdsGpuOp : public OpKernel {
  public:
   explicit UniqueIdsGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    int n = 0;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_rows", &num_rows_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("hotness", &hotness_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_names", &names_));
-    OP_REQUIRES(ctx,
-                static_cast<int>(num_rows_.size()) == n && static_cast<int>(hotness_.size()) == n,
-                errors::InvalidArgument("num_rows and hotness need one entry per table"));
+    OP_REQUIRES_OK(ctx, args_.Read(ctx));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -107,7 +101,7 @@ class UniqueIdsGpuOp : public OpKernel {
     OP_REQUIRES_OK(ctx, DeviceTemp<uint64_t>(ctx, n_tables * kPerTable, &results_t, &results));
     std::vector<Tensor> uniques(n_tables);
     for (int t = 0; t < n_tables; ++t) {
-      const std::string label = TableLabel(names_, t);
+      const std::string label = TableLabel(args_.names, t);
       const int64_t n = ids[t].NumElements();
       OP_REQUIRES(ctx, n < (int64_t{1} << 31),
                   errors::InvalidArgument(label, ": more than 2^31 ids"));
@@ -118,7 +112,7 @@ class UniqueIdsGpuOp : public OpKernel {
       OP_REQUIRES_OK(
           ctx, CudaStatus(sok_lite_cuda_check_ragged(
                               splits[t].flat<int64_t>().data(), splits[t].NumElements() - 1, n, id,
-                              num_rows_[t], hotness_[t], nullptr, 0, bad, stream),
+                              args_.num_rows[t], args_.hotness[t], nullptr, 0, bad, stream),
                           "check_ragged"));
       Tensor* inverse = nullptr;
       OP_REQUIRES_OK(ctx, ctx->allocate_output(n_tables + t, ids[t].shape(), &inverse));
@@ -140,9 +134,9 @@ class UniqueIdsGpuOp : public OpKernel {
     OP_REQUIRES_OK(ctx, CopyToHostAndWait(ctx, results, n_tables * kPerTable, &host));
     for (int t = 0; t < n_tables; ++t) {
       const std::string problem =
-          RaggedProblem(host.data() + t * kPerTable, num_rows_[t], hotness_[t], 0);
+          RaggedProblem(host.data() + t * kPerTable, args_.num_rows[t], args_.hotness[t], 0);
       OP_REQUIRES(ctx, problem.empty(),
-                  errors::InvalidArgument(TableLabel(names_, t), ": ", problem));
+                  errors::InvalidArgument(TableLabel(args_.names, t), ": ", problem));
     }
     for (int t = 0; t < n_tables; ++t) {
       const int64_t u = static_cast<int64_t>(host[t * kPerTable + kRaggedChecks]);
@@ -158,9 +152,7 @@ class UniqueIdsGpuOp : public OpKernel {
   }
 
  private:
-  std::vector<int64_t> num_rows_;
-  std::vector<int64_t> hotness_;
-  std::vector<std::string> names_;
+  UniqueIdsArgs args_;
 };
 
 class GatherRowsGpuOp : public OpKernel {
