@@ -10,6 +10,10 @@ Hash table: 2^24 distinct random int64 keys inserted into 2^25 slots (load 0.5),
 of 2^24 present keys (shuffled) is found: keys per second of the find alone (slot indices out),
 and of find-or-insert on the same present keys (slots and d = 128 rows out).
 
+Optimizer: Adam on 1,000,000 distinct random rows of a 4,000,000 x 128 table (GB/s counting the
+value, m and v read and written and the gradient read). Unique ids: the forward batch's ids drawn
+Zipf(1.2), ids per second.
+
 usage: python tests/gpu/bench_cuda_kernels.py [--json PATH]
 """
 
@@ -74,6 +78,37 @@ def hash_table_rates(lib):
     }
 
 
+def optimizer_and_unique_rates(kernels):
+    """Adam on 1,000,000 distinct random rows of a 4,000,000 x 128 table (value, m and v each
+    read and written once, the gradient read: GB/s), and unique ids of the combine batch's
+    4,259,840 Zipf(1.2) ids (ids/s, the distinct count's copy to the host included)."""
+    rng = np.random.default_rng(3)
+    table_rows, touched = 4_000_000, 1_000_000
+    var = cp.random.standard_normal((table_rows, DIM), dtype=cp.float32)
+    m, v = cp.zeros_like(var), cp.zeros_like(var)
+    rows = cp.asarray(rng.choice(table_rows, touched, replace=False).astype(np.int64))
+    grads = cp.random.standard_normal((touched, DIM), dtype=cp.float32)
+    params = [0.9, 0.999, 1e-7, 1.0]
+    adam_ms = time_ms(
+        lambda: kernels.apply_rows("adam", 1e-3, 0.0, params, rows, grads, var, [m, v])
+    )
+    adam_bytes = touched * DIM * 4 * 7 + touched * 8
+    ids = cp.asarray((rng.zipf(1.2, BATCH * FEATURES * IDS_PER_SAMPLE) - 1).astype(np.int64))
+    unique = cp.empty_like(ids)
+    inverse = cp.empty(ids.size, dtype=cp.int32)
+    num_unique = kernels.unique_ids(ids, unique, inverse)
+    unique_ms = time_ms(lambda: kernels.unique_ids(ids, unique, inverse), iters=10)
+    return {
+        "adam_rows": touched,
+        "adam_ms": adam_ms,
+        "adam_GBps": adam_bytes / adam_ms / 1e6,
+        "unique_ids": int(ids.size),
+        "unique_distinct": num_unique,
+        "unique_ms": unique_ms,
+        "unique_ids_per_s": ids.size / unique_ms * 1e3,
+    }
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", help="also write the results here")
@@ -119,6 +154,7 @@ def main():
         "backward_GBps": backward_bytes / backward_ms / 1e6,
     }
     results.update(hash_table_rates(lib))
+    results.update(optimizer_and_unique_rates(kernels))
     results["forward_vs_copy"] = results["forward_GBps"] / copy_gbs
     results["backward_vs_copy"] = results["backward_GBps"] / copy_gbs
     print(f"device            {results['device']}")
@@ -136,6 +172,14 @@ def main():
     print(
         f"find-or-insert    {results['find_or_insert_keys_per_s'] / 1e9:8.2f} G keys/s  "
         f"(present keys, d = {DIM} rows out)"
+    )
+    print(
+        f"adam (row-wise)   {results['adam_GBps']:8.1f} GB/s  {results['adam_ms']:7.3f} ms  "
+        f"{100 * results['adam_GBps'] / copy_gbs:5.1f}% of copy  ({results['adam_rows']:,} rows)"
+    )
+    print(
+        f"unique ids        {results['unique_ids_per_s'] / 1e9:8.2f} G ids/s   "
+        f"({results['unique_ids']:,} Zipf ids, {results['unique_distinct']:,} distinct)"
     )
     if args.json:
         with open(args.json, "w") as f:

@@ -3,7 +3,7 @@
 # benchmark (combine GB/s against copy bandwidth, hash-table keys/s), then the kernel tests
 # again under compute-sanitizer's memcheck (out-of-bounds and misaligned accesses, failed
 # launches) where that tool exists. Logs and a summary go to $OUT
-# (default ./gpu_report). Each step has its own time limit (60 + 60 + 60 + 120 s) so the pass
+# (default ./gpu_report). Each step has its own time limit (60 + 60 + 90 + 90 s) so the pass
 # ends within 5 minutes; the exit status is non-zero if any step failed.
 #   PYTHON    interpreter with CuPy, NumPy and pytest (default python3)
 #   SANITIZE  0 to skip the memcheck step
@@ -40,11 +40,11 @@ tests=(tests/gpu/test_cuda_kernels.py tests/gpu/test_cuda_ids_tables.py)
 if step build 60 "$out/build.log" bash tests/gpu/build_harness.sh; then
   step tests 60 "$out/tests.log" "$py" -m pytest -q -rs -p no:cacheprovider \
     --junitxml="$out/junit.xml" "${tests[@]}"
-  step bench 60 "$out/bench.log" "$py" tests/gpu/bench_cuda_kernels.py --json "$out/bench.json"
+  step bench 90 "$out/bench.log" "$py" tests/gpu/bench_cuda_kernels.py --json "$out/bench.json"
   sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
   if [[ "${SANITIZE:-1}" != 0 && -x "$sanitizer" ]]; then
     # No CuPy memory pool here (see gpu_lib.load), so each array is its own allocation.
-    step memcheck 120 "$out/memcheck.log" env SOK_LITE_CUPY_POOL=0 "$sanitizer" \
+    step memcheck 90 "$out/memcheck.log" env SOK_LITE_CUPY_POOL=0 "$sanitizer" \
       --tool memcheck --error-exitcode 1 --print-limit 20 \
       "$py" -m pytest -q -p no:cacheprovider "${tests[@]}"
   fi
