@@ -93,6 +93,31 @@ def test_optimizer_equals_lazy_reference(make):
     assert full.shape == (5, 4 * (3 if name == "adam" else 2))
 
 
+@pytest.mark.parametrize("name", ["adam", "rmsprop"])
+def test_optimizer_on_many_keys_equals_lazy_reference(name):
+    """Thousands of keys per step: the rows are updated in parallel chunks."""
+    opt = (
+        keras.optimizers.Adam(0.01)
+        if name == "adam"
+        else keras.optimizers.RMSprop(0.01, momentum=0.5, centered=True)
+    )
+    table = sok.DynamicVariable(8, initializer=keras.initializers.RandomNormal(seed=4))
+    rng = np.random.default_rng(5)
+    universe = np.unique(rng.integers(-(2**62), 2**62, size=6000))
+    sok.lookup_sparse(table, tf.RaggedTensor.from_tensor(universe.reshape(-1, 1)))
+    init = stored(table)
+    w = np.stack([init[k] for k in universe])
+    ref = LazyOptimizer(name, opt.get_config(), w.shape)
+    for _ in range(3):
+        idx = np.sort(rng.choice(len(universe), size=4000, replace=False))
+        g = rng.standard_normal([4000, 8]).astype(np.float32)
+        with sok.OptimizerScope([table]):
+            opt.apply_gradients([(tf.IndexedSlices(tf.constant(g), universe[idx]), table)])
+        ref.step(w, idx, g, float(opt.learning_rate))
+    got = stored(table)
+    np.testing.assert_allclose(np.stack([got[k] for k in universe]), w, rtol=2e-5, atol=1e-6)
+
+
 def test_admission_min_count():
     table = sok.DynamicVariable(2, initializer="ones", min_count=3)
     opt = keras.optimizers.SGD(1.0)
