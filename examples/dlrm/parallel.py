@@ -6,6 +6,8 @@ never all-reduced. The dense weights are replicated: they start from rank 0's va
 gradients are summed over ranks.
 """
 
+import itertools
+
 import numpy as np
 import tensorflow as tf
 
@@ -82,3 +84,15 @@ def mean_over_ranks(values, hvd) -> np.ndarray:
     if hvd is None or hvd.size() == 1:
         return values
     return hvd.allreduce(tf.convert_to_tensor(values), op=hvd.Average).numpy()
+
+
+def rank_stream(batch_of_step, signature) -> tf.data.Dataset:
+    """An endless tf.data stream of batch_of_step(0), (1), ...: each a (features, labels) pair
+    matching `signature`, this rank's share of that step's global batch."""
+
+    def batches():
+        for step in itertools.count():
+            batch = batch_of_step(step)
+            yield batch.features, batch.labels
+
+    return tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(2)

@@ -9,7 +9,6 @@ of each global batch; the 26 tables are sharded over the ranks.
 """
 
 import argparse
-import itertools
 import os
 import time
 
@@ -27,6 +26,7 @@ from parallel import (  # noqa: E402
     broadcast_dense_weights,
     init_horovod,
     mean_over_ranks,
+    rank_stream,
 )
 
 import sok_lite as sok  # noqa: E402
@@ -54,12 +54,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 def train_dataset(data: CriteoLike, global_batch: int, rank: int, num_ranks: int):
     """This rank's share of the global batch of step 0, 1, 2, ... (an endless stream)."""
     local = global_batch // num_ranks
-
-    def batches():
-        for step in itertools.count():
-            batch = data.batch(step, global_batch, rank, num_ranks)
-            yield batch.features, batch.labels
-
     signature = (
         {
             "dense": tf.TensorSpec([local, NUM_DENSE], tf.float32),
@@ -67,7 +61,7 @@ def train_dataset(data: CriteoLike, global_batch: int, rank: int, num_ranks: int
         },
         tf.TensorSpec([local, 1], tf.float32),
     )
-    return tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(2)
+    return rank_stream(lambda step: data.batch(step, global_batch, rank, num_ranks), signature)
 
 
 class Progress(keras.callbacks.Callback):

@@ -10,7 +10,6 @@ the ranks; the Horovod helpers are those of the DLRM example (examples/dlrm/para
 """
 
 import argparse
-import itertools
 import os
 import pathlib
 import sys
@@ -31,6 +30,7 @@ from parallel import (  # noqa: E402
     broadcast_dense_weights,
     init_horovod,
     mean_over_ranks,
+    rank_stream,
 )
 
 import sok_lite as sok  # noqa: E402
@@ -61,12 +61,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 def train_dataset(logs: ClickLogs, global_batch: int, rank: int, num_ranks: int):
     """This rank's share of the global batch of step 0, 1, 2, ... (an endless stream)."""
     local = global_batch // num_ranks
-
-    def batches():
-        for step in itertools.count():
-            batch = logs.batch(step, global_batch, rank, num_ranks)
-            yield batch.features, batch.labels
-
     one_id = tf.TensorSpec([local], tf.int64)
     signature = (
         {
@@ -80,7 +74,7 @@ def train_dataset(logs: ClickLogs, global_batch: int, rank: int, num_ranks: int)
         },
         tf.TensorSpec([local, 1], tf.float32),
     )
-    return tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(2)
+    return rank_stream(lambda step: logs.batch(step, global_batch, rank, num_ranks), signature)
 
 
 class Progress(keras.callbacks.Callback):
