@@ -4,6 +4,7 @@
 #define SOK_LITE_KERNELS_CORE_UNIQUE_H_
 
 #include <cstdint>
+#include <vector>
 
 namespace sok_lite {
 
@@ -12,6 +13,13 @@ namespace sok_lite {
 // Returns the number of distinct values. n must be < 2^31.
 template <typename K>
 int64_t UniqueIds(const K* ids, int64_t n, K* unique, int32_t* inverse);
+
+// Deduplicates ids[0, n) into `unique` (first-occurrence order) and sums the gradient rows
+// grads[i, :dim] of repeated ids, so that every row is then updated exactly once. Returns the
+// gradient of unique[j] at row j: `grads` itself when no id repeats, else summed->data().
+template <typename T>
+const T* SumRepeatedRows(const int64_t* ids, int64_t n, const T* grads, int64_t dim,
+                         std::vector<int64_t>* unique, std::vector<T>* summed);
 
 }  // namespace sok_lite
 

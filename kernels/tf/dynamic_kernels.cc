@@ -137,23 +137,14 @@ class DynamicApplyOp : public OpKernel {
                                         slot_init_.size(), " (one optimizer per table)"));
     // Slots restored from a checkpoint were laid out before the optimizer was known.
     table.SetSlotInit(std::vector<float>(slot_init_.begin(), slot_init_.end()));
-    // Sum the gradients of repeated keys (lookup_sparse's never repeat), then update each
-    // stored row once, rows found and updated on all threads.
-    std::vector<int64_t> unique(n);
-    std::vector<int32_t> inverse(n);
-    const int64_t* k = keys_t.flat<int64_t>().data();
-    const int64_t u = UniqueIds(k, n, unique.data(), inverse.data());
-    const float* g = grads.flat<float>().data();
+    // Sum the gradients of repeated keys (lookup_sparse's never repeat, so no copy then), then
+    // update each stored row once, rows found and updated on all threads.
+    std::vector<int64_t> unique;
     std::vector<float> summed;
-    if (u < n) {
-      summed.assign(u * dim, 0.0f);
-      for (int64_t i = 0; i < n; ++i) {
-        float* dst = summed.data() + static_cast<int64_t>(inverse[i]) * dim;
-        for (int64_t d = 0; d < dim; ++d) dst[d] += g[i * dim + d];
-      }
-      k = unique.data();
-      g = summed.data();
-    }
+    const float* g = SumRepeatedRows(keys_t.flat<int64_t>().data(), n, grads.flat<float>().data(),
+                                     dim, &unique, &summed);
+    const int64_t* k = unique.data();
+    const int64_t u = unique.size();
     const HashTable::Runner run = [ctx](int64_t total,
                                         const std::function<void(int64_t, int64_t)>& fn) {
       ParallelFor(ctx, total, 500, fn);

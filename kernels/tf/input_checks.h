@@ -35,6 +35,27 @@ inline absl::Status RankInput(tensorflow::OpKernelContext* ctx, int i, int rank)
   return absl::OkStatus();
 }
 
+// The row width of each table's [rows, width] input (SokLitePackRows).
+inline absl::Status RowWidths(const tensorflow::OpInputList& rows, std::vector<int64_t>* widths) {
+  for (int t = 0; t < rows.size(); ++t) {
+    if (rows[t].dims() != 2) return tensorflow::errors::InvalidArgument("rows must be 2-D");
+    widths->push_back(rows[t].dim_size(1));
+  }
+  return absl::OkStatus();
+}
+
+// Checks that table t's rows input holds num_unique[t] rows, one per id it answers.
+inline absl::Status CheckRowCounts(const tensorflow::OpInputList& rows,
+                                   const std::vector<int64_t>& num_unique) {
+  for (int t = 0; t < rows.size(); ++t) {
+    if (rows[t].dim_size(0) != num_unique[t]) {
+      return tensorflow::errors::InvalidArgument("table ", t, ": ", rows[t].dim_size(0),
+                                                 " rows for ", num_unique[t], " ids");
+    }
+  }
+  return absl::OkStatus();
+}
+
 // A TensorShape of `dims`, or an error for a negative or overflowing size.
 inline absl::Status SafeShape(std::initializer_list<int64_t> dims, tensorflow::TensorShape* shape) {
   std::vector<int64_t> d(dims);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/core/combine.h"
 #include "kernels/core/exchange.h"
 #include "kernels/core/hash_table.h"
 #include "kernels/core/row_init.h"
@@ -68,6 +69,21 @@ inline absl::Status ReadOwners(tensorflow::OpKernelConstruction* ctx, int64_t* n
                                                  " ranks");
     }
     owners->push_back(Owner{r});
+  }
+  return absl::OkStatus();
+}
+
+// The "combiners" attribute of the segment-combine ops (one name per table).
+inline absl::Status ReadCombiners(tensorflow::OpKernelConstruction* ctx,
+                                  std::vector<Combiner>* combiners) {
+  std::vector<std::string> names;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("combiners", &names));
+  for (const auto& name : names) {
+    Combiner c;
+    if (!ParseCombiner(name, &c)) {
+      return tensorflow::errors::InvalidArgument("unknown combiner '", name, "'");
+    }
+    combiners->push_back(c);
   }
   return absl::OkStatus();
 }

@@ -67,18 +67,6 @@ bool ReadSegments(OpKernelContext* ctx, int n_tables, int t, int64_t num_unique,
   return true;
 }
 
-// Parses the "combiners" attribute.
-absl::Status ReadCombiners(OpKernelConstruction* ctx, std::vector<Combiner>* combiners) {
-  std::vector<std::string> names;
-  TF_RETURN_IF_ERROR(ctx->GetAttr("combiners", &names));
-  for (const auto& name : names) {
-    Combiner c;
-    if (!ParseCombiner(name, &c)) return errors::InvalidArgument("unknown combiner '", name, "'");
-    combiners->push_back(c);
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 class UniqueIdsOp : public OpKernel {

@@ -66,21 +66,11 @@ class SparseApplyOp : public OpKernel {
                 errors::InvalidArgument(label, ": ", grads.dim_size(0), " gradient rows for ", n,
                                         " indices"));
 
-    // Sum the gradients of repeated rows: every row is then updated exactly once.
-    std::vector<int64_t> rows(n);
-    std::vector<int32_t> inverse(n);
-    const int64_t u = UniqueIds(indices.flat<int64_t>().data(), n, rows.data(), inverse.data());
-    rows.resize(u);
-    const T* g = grads.flat<T>().data();
+    std::vector<int64_t> rows;
     std::vector<T> summed;
-    if (u < n) {
-      summed.assign(u * dim, T(0));
-      for (int64_t i = 0; i < n; ++i) {
-        T* dst = summed.data() + static_cast<int64_t>(inverse[i]) * dim;
-        for (int64_t d = 0; d < dim; ++d) dst[d] += g[i * dim + d];
-      }
-      g = summed.data();
-    }
+    const T* g = SumRepeatedRows(indices.flat<int64_t>().data(), n, grads.flat<T>().data(), dim,
+                                 &rows, &summed);
+    const int64_t u = rows.size();
 
     std::vector<tensorflow::core::RefCountPtr<Var>> vars(num_slots + 1);
     for (int i = 0; i <= num_slots; ++i) {

@@ -136,18 +136,11 @@ class PackRowsGpuOp : public OpKernel {
     const Tensor& counts = ctx->input(rows.size());  // host memory
     const Tensor& send_pos = ctx->input(rows.size() + 1);
     std::vector<int64_t> dims;
-    for (int t = 0; t < rows.size(); ++t) {
-      OP_REQUIRES(ctx, rows[t].dims() == 2, errors::InvalidArgument("rows must be 2-D"));
-      dims.push_back(rows[t].dim_size(1));
-    }
+    OP_REQUIRES_OK(ctx, RowWidths(rows, &dims));
     std::vector<int64_t> num_unique, offsets, pos_begin;
     OP_REQUIRES_OK(
         ctx, CheckLayoutOnDevice(ctx, counts, send_pos, dims, &num_unique, &offsets, &pos_begin));
-    for (int t = 0; t < rows.size(); ++t) {
-      OP_REQUIRES(ctx, rows[t].dim_size(0) == num_unique[t],
-                  errors::InvalidArgument("table ", t, ": ", rows[t].dim_size(0), " rows for ",
-                                          num_unique[t], " ids"));
-    }
+    OP_REQUIRES_OK(ctx, CheckRowCounts(rows, num_unique));
     Tensor* vectors;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({offsets.back()}), &vectors));
     float* dst = vectors->flat<float>().data();

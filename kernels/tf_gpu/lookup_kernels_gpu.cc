@@ -28,18 +28,8 @@ namespace errors = ::tensorflow::errors;
 
 namespace {
 
-// The combiner names, parsed by the CPU's ParseCombiner; SokLiteCudaCombiner has Combiner's order.
-absl::Status ReadCombiners(OpKernelConstruction* ctx, std::vector<int>* combiners) {
-  std::vector<std::string> names;
-  TF_RETURN_IF_ERROR(ctx->GetAttr("combiners", &names));
-  for (const auto& name : names) {
-    Combiner c;
-    if (!ParseCombiner(name, &c)) return errors::InvalidArgument("unknown combiner '", name, "'");
-    combiners->push_back(static_cast<int>(c));
-  }
-  return absl::OkStatus();
-}
-
+// Combiners are read by the CPU's ReadCombiners (kernel_args.h); SokLiteCudaCombiner has
+// Combiner's order.
 static_assert(static_cast<int>(Combiner::kSum) == SOK_LITE_CUDA_SUM &&
                   static_cast<int>(Combiner::kMean) == SOK_LITE_CUDA_MEAN &&
                   static_cast<int>(Combiner::kSqrtn) == SOK_LITE_CUDA_SQRTN,
@@ -228,9 +218,10 @@ class SegmentCombineGpuOp : public OpKernel {
       Tensor scale_t;
       float* scale = nullptr;
       OP_REQUIRES_OK(ctx, DeviceTemp<float>(ctx, batch, &scale_t, &scale));
-      OP_REQUIRES_OK(ctx, CudaStatus(sok_lite_cuda_sample_scales(rs, weights, batch, combiners_[t],
-                                                                 scale, stream),
-                                     "sample_scales"));
+      OP_REQUIRES_OK(
+          ctx, CudaStatus(sok_lite_cuda_sample_scales(
+                              rs, weights, batch, static_cast<int>(combiners_[t]), scale, stream),
+                          "sample_scales"));
       OP_REQUIRES_OK(ctx, CudaStatus(sok_lite_cuda_combine_forward(
                                          rows.flat<float>().data(), dim,
                                          ctx->input(n_tables + t).flat<int32_t>().data(), rs,
@@ -240,7 +231,7 @@ class SegmentCombineGpuOp : public OpKernel {
   }
 
  private:
-  std::vector<int> combiners_;
+  std::vector<Combiner> combiners_;
 };
 
 class SegmentCombineGradGpuOp : public OpKernel {
@@ -278,9 +269,10 @@ class SegmentCombineGradGpuOp : public OpKernel {
       Tensor scale_t;
       float* scale = nullptr;
       OP_REQUIRES_OK(ctx, DeviceTemp<float>(ctx, batch, &scale_t, &scale));
-      OP_REQUIRES_OK(ctx, CudaStatus(sok_lite_cuda_sample_scales(rs, weights, batch, combiners_[t],
-                                                                 scale, stream),
-                                     "sample_scales"));
+      OP_REQUIRES_OK(
+          ctx, CudaStatus(sok_lite_cuda_sample_scales(
+                              rs, weights, batch, static_cast<int>(combiners_[t]), scale, stream),
+                          "sample_scales"));
       OP_REQUIRES_OK(
           ctx, CudaStatus(sok_lite_cuda_combine_backward(
                               grads.flat<float>().data(), dim,
@@ -291,7 +283,7 @@ class SegmentCombineGradGpuOp : public OpKernel {
   }
 
  private:
-  std::vector<int> combiners_;
+  std::vector<Combiner> combiners_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("SokLiteUniqueIds").Device(DEVICE_GPU), UniqueIdsGpuOp);
