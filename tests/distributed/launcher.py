@@ -107,3 +107,29 @@ def tracked_job():
         for pid in job_processes(marker):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def run_failing_job(out_dir: pathlib.Path, mode: str, fail_at: int, deadline: int) -> str:
+    """Runs workers/rank_failure_worker.py on 2 ranks as a tracked job, one rank failing by
+    `mode` at step `fail_at`. Checks that both ranks trained until then and that the job failed
+    within `deadline` seconds leaving no process behind; returns the job's output."""
+    with tracked_job() as marker:
+        start = time.monotonic()
+        code, output = launch(
+            "rank_failure_worker.py",
+            2,
+            out_dir,
+            mode,
+            str(fail_at),
+            timeout=deadline + 30,
+            env_extra={JOB_MARKER: marker},
+        )
+        elapsed = time.monotonic() - start
+        leftovers = wait_until_gone(marker)
+    assert code != 0, output[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank} trained {fail_at} steps" in output, output[-3000:]
+    assert "should have failed" not in output
+    assert elapsed < deadline, f"the failing job took {elapsed:.0f} s to exit"
+    assert not leftovers, f"processes {leftovers} outlived the job"
+    return output
