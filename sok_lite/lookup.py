@@ -126,33 +126,70 @@ def lookup_sparse(
         parts = [ids_parts(x, labels[t]) for t, x in enumerate(sp_ids)]
         ids = [p[0] for p in parts]
         splits = [p[1] for p in parts]
-        num_rows = [_global_rows(v) for v in params]
-        unique, inverse = lookup_ops.unique_ids(ids, splits, num_rows, hot, names)
+        w = [
+            tf.zeros([0], params[t].dtype)
+            if weights[t] is None
+            else weight_values(weights[t], ids[t], params[t].dtype, labels[t])
+            for t in range(n)
+        ]
         for var in params:
             variable_accessed(var)
-        if communicator.num_ranks == 1:
-            rows = _local_rows(params, unique, names)
-        else:
-            rows = _exchanged_rows(params, unique, names, communicator)
         outputs = [None] * n
-        for group in _dtype_groups(params):
-            dtype = params[group[0]].dtype
-            w = [
-                tf.zeros([0], dtype)
-                if weights[t] is None
-                else weight_values(weights[t], ids[t], dtype, labels[t])
-                for t in group
-            ]
-            combined = lookup_ops.segment_combine(
-                [rows[t] for t in group],
-                [inverse[t] for t in group],
-                [splits[t] for t in group],
-                w,
-                [comb[t] for t in group],
+        fused = [t for t, v in enumerate(params) if _fused_lookup(v, communicator)]
+        for t in fused:
+            var = params[t]
+            outputs[t] = dynamic_ops.lookup_combine(
+                var.handle, ids[t], splits[t], w[t], var.dimension, comb[t], hot[t], names[t]
             )
-            for t, out in zip(group, combined):
+        rest = [t for t in range(n) if t not in fused]
+        if rest:
+
+            def pick(values):
+                return [values[t] for t in rest]
+
+            combined = _deduplicated_lookup(
+                pick(params),
+                pick(ids),
+                pick(splits),
+                pick(w),
+                pick(hot),
+                pick(comb),
+                pick(names),
+                communicator,
+            )
+            for t, out in zip(rest, combined):
                 outputs[t] = out
     return outputs[0] if single else outputs
+
+
+def _fused_lookup(var, communicator) -> bool:
+    """A hash table on one rank's CPU is looked up and combined in one op, ids not deduplicated:
+    on CPU the dedup and the [unique, dim] copy of the rows cost more than probing every id."""
+    if not isinstance(var, DynamicVariable) or communicator.num_ranks != 1:
+        return False
+    return tf.DeviceSpec.from_string(var.handle.device).device_type in (None, "CPU")
+
+
+def _deduplicated_lookup(params, ids, splits, weights, hot, comb, names, communicator) -> list:
+    """Unique ids per table, their rows (read in place, or from the owners), then the combine."""
+    num_rows = [_global_rows(v) for v in params]
+    unique, inverse = lookup_ops.unique_ids(ids, splits, num_rows, hot, names)
+    if communicator.num_ranks == 1:
+        rows = _local_rows(params, unique, names)
+    else:
+        rows = _exchanged_rows(params, unique, names, communicator)
+    outputs = [None] * len(params)
+    for group in _dtype_groups(params):
+        combined = lookup_ops.segment_combine(
+            [rows[t] for t in group],
+            [inverse[t] for t in group],
+            [splits[t] for t in group],
+            [weights[t] for t in group],
+            [comb[t] for t in group],
+        )
+        for t, out in zip(group, combined):
+            outputs[t] = out
+    return outputs
 
 
 def _serving_lookup(serving, sp_ids, weights, comb, params, single, name):

@@ -15,10 +15,13 @@ from tests.op_fuzz_cases import (
     hyper_vector,
     int_array,
     ints,
+    mutate_row_splits,
     num_slots_for,
     rare,
+    row_splits_problem,
     scalar,
     sizes,
+    valid_row_splits,
 )
 
 STEPS_VALUES = st.sampled_from([3, 0, -1, INT64_MIN, INT64_MAX])
@@ -69,6 +72,34 @@ def _lookup(draw, table, dim):
 
     kwargs = {"table": table, "keys": keys, "dim": attr_dim, "table_name": "t"}
     return Case("sok_lite_dynamic_lookup", kwargs, draw(st.booleans()), "", check)
+
+
+def _lookup_combine(draw, table, dim):
+    ids = int_array(draw, KEYS, max_rank=2 if rare(draw) else 1)
+    splits = mutate_row_splits(draw, valid_row_splits(draw, ids.size))
+    weights = np.zeros([0], np.float32)
+    if draw(st.booleans()):
+        weights = float_array(draw, [ids.size + (1 if rare(draw) else 0)])
+    hotness = draw(st.sampled_from([0, 1, 2]))
+    attr_dim = dim if not rare(draw) else draw(st.sampled_from([dim % 3 + 1, 1]))
+    invalid = ""
+    if ids.ndim != 1 or splits.ndim != 1:
+        invalid = "ids or row_splits not 1-D"
+    elif row_splits_problem(splits, ids.size):
+        invalid = row_splits_problem(splits, ids.size)
+    elif hotness > 0 and np.diff(splits).max(initial=0) > hotness:
+        invalid = "a sample longer than hotness"
+    elif weights.size not in (0, ids.size):
+        invalid = "weights do not match the ids"
+
+    def check(out):
+        expected = (splits.size - 1, attr_dim)
+        expect(out[0]["shape"] == expected, f"combined {out[0]['shape']}, expected {expected}")
+
+    kwargs = {"table": table, "ids": ids, "row_splits": splits, "weights": weights}
+    kwargs |= {"dim": attr_dim, "hotness": hotness, "table_name": "t"}
+    kwargs["combiner"] = draw(st.sampled_from(["sum", "mean", "sqrtn"]))
+    return Case("sok_lite_dynamic_lookup_combine", kwargs, draw(st.booleans()), invalid, check)
 
 
 def _apply(draw, table, dim):
@@ -140,7 +171,7 @@ def _clear(draw, table, dim):
     return Case("sok_lite_dynamic_clear", {"table": table}, draw(st.booleans()))
 
 
-STEPS = [_lookup, _apply, _export, _assign, _size, _evict, _clear]
+STEPS = [_lookup, _lookup_combine, _apply, _export, _assign, _size, _evict, _clear]
 
 
 @st.composite

@@ -178,6 +178,7 @@ FUZZED_OPS = {
     # test_dynamic_table_ops: every program creates a table, then calls the others on it.
     "SokLiteDynamicTable",
     "SokLiteDynamicLookup",
+    "SokLiteDynamicLookupCombine",
     "SokLiteDynamicApply",
     "SokLiteDynamicExport",
     "SokLiteDynamicAssign",

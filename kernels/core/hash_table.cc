@@ -6,16 +6,6 @@
 #include "kernels/core/prefetch.h"
 
 namespace sok_lite {
-namespace {
-
-inline uint64_t HashKey(int64_t key) {  // splitmix64 finalizer
-  uint64_t x = static_cast<uint64_t>(key) + 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 HashTable::HashTable(const TableConfig& config) : config_(config) {
   slots_.assign(16, Slot{0, -1});
@@ -149,46 +139,18 @@ std::string HashTable::MakeRoom(int64_t needed) {
 std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const Runner& run) {
   ++step_;
   const int64_t dim = config_.dim;
-  // Probe in parallel. A key may repeat, so the marks are atomic: whoever moves last_seen to
-  // this step counts the step, once.
+  // Probe in parallel (a key may repeat: see MarkSeen).
   std::vector<int64_t> rows(n);
   ForEachSlot(keys, n, run, [&](int64_t i, int64_t s) {
     rows[i] = s < 0 ? -1 : slots_[s].row;
-    if (s < 0) return;
-    RowMeta& meta = meta_[rows[i]];
-    // Read first: a hot key may repeat many times, and only its first sighting writes.
-    if (__atomic_load_n(&meta.last_seen, __ATOMIC_RELAXED) != step_ &&
-        __atomic_exchange_n(&meta.last_seen, step_, __ATOMIC_RELAXED) != step_) {
-      __atomic_fetch_add(&meta.count, 1, __ATOMIC_RELAXED);
-    }
+    if (s >= 0) MarkSeen(rows[i]);
   });
-  // Admission and inserts are serial (they change the index). Missing positions sorted by
-  // (key, position) put a repeated key's occurrences together, first one first, so each key is
-  // counted and admitted once; admitted keys are then inserted in order of first occurrence. (A
-  // per-call hash map would do the same, but its nodes linger in the allocator of whichever
-  // thread ran the call.)
   std::vector<int64_t> missing;
   for (int64_t i = 0; i < n; ++i) {
     if (rows[i] < 0) missing.push_back(i);
   }
-  std::sort(missing.begin(), missing.end(), [keys](int64_t a, int64_t b) {
-    return keys[a] < keys[b] || (keys[a] == keys[b] && a < b);
-  });
-  std::vector<int64_t> admit;  // first positions of the keys to store
-  for (size_t j = 0; j < missing.size(); ++j) {
-    const int64_t key = keys[missing[j]];
-    if (j > 0 && keys[missing[j - 1]] == key) continue;
-    if (config_.min_count > 1) {
-      int64_t& seen = pending_[key];
-      if (++seen < config_.min_count) continue;
-      pending_.erase(key);
-    }
-    admit.push_back(missing[j]);
-  }
-  std::sort(admit.begin(), admit.end());
-  const std::string problem = MakeRoom(admit.size());
+  const std::string problem = AdmitMissing(keys, &missing);
   if (!problem.empty()) return problem;
-  for (int64_t i : admit) meta_[Insert(keys[i])].count = 1;
   for (int64_t i : missing) {
     const int64_t slot = FindSlot(keys[i]);
     rows[i] = slot < 0 ? -1 : slots_[slot].row;
@@ -205,6 +167,33 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
       }
     }
   });
+  return "";
+}
+
+std::string HashTable::AdmitMissing(const int64_t* keys, std::vector<int64_t>* missing) {
+  // Admission and inserts are serial (they change the index). Missing positions sorted by
+  // (key, position) put a repeated key's occurrences together, first one first, so each key is
+  // counted and admitted once; admitted keys are then inserted in order of first occurrence. (A
+  // per-call hash map would do the same, but its nodes linger in the allocator of whichever
+  // thread ran the call.)
+  std::sort(missing->begin(), missing->end(), [keys](int64_t a, int64_t b) {
+    return keys[a] < keys[b] || (keys[a] == keys[b] && a < b);
+  });
+  std::vector<int64_t> admit;  // first positions of the keys to store
+  for (size_t j = 0; j < missing->size(); ++j) {
+    const int64_t key = keys[(*missing)[j]];
+    if (j > 0 && keys[(*missing)[j - 1]] == key) continue;
+    if (config_.min_count > 1) {
+      int64_t& seen = pending_[key];
+      if (++seen < config_.min_count) continue;
+      pending_.erase(key);
+    }
+    admit.push_back((*missing)[j]);
+  }
+  std::sort(admit.begin(), admit.end());
+  const std::string problem = MakeRoom(admit.size());
+  if (!problem.empty()) return problem;
+  for (int64_t i : admit) meta_[Insert(keys[i])].count = 1;
   return "";
 }
 

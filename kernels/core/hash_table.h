@@ -47,6 +47,17 @@ class HashTable {
   // or an error.
   std::string Lookup(const int64_t* keys, int64_t n, float* out, const Runner& run);
 
+  // One lookup step fused with lookup_sparse's combine, on ids that are not deduplicated:
+  // sample b's keys are keys[row_splits[b], row_splits[b + 1]), and out[b, :dim] gets their
+  // values (times weights[k] when weights is not null) summed, times scale[b] (null: 1); an
+  // empty sample gets zeros. Bookkeeping, admission and eviction are those of Lookup. Samples
+  // are combined through `run` (over sample ranges) while the keys are probed; keys not stored
+  // yet are admitted serially afterwards and their samples combined again. stream_out writes
+  // `out` with streaming stores. Returns "" or an error.
+  std::string LookupCombine(const int64_t* keys, const int64_t* row_splits, int64_t batch,
+                            const float* weights, const float* scale, float* out, bool stream_out,
+                            const Runner& run);
+
   // Pointer to the stored row of key (value then slots), or null if the key is not stored.
   float* Find(int64_t key);
 
@@ -101,6 +112,22 @@ class HashTable {
     int64_t updated;    // optimizer step of the last change; -1: never changed
   };
 
+  static uint64_t HashKey(int64_t key) {  // splitmix64 finalizer
+    uint64_t x = static_cast<uint64_t>(key) + 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+  // Marks row r as seen in this step. A key may repeat across threads, so the marks are
+  // atomic: whoever moves last_seen to this step counts the step, once. Read first: a hot key
+  // repeats many times, and only its first sighting writes.
+  void MarkSeen(int64_t r) {
+    RowMeta& meta = meta_[r];
+    if (__atomic_load_n(&meta.last_seen, __ATOMIC_RELAXED) != step_ &&
+        __atomic_exchange_n(&meta.last_seen, step_, __ATOMIC_RELAXED) != step_) {
+      __atomic_fetch_add(&meta.count, 1, __ATOMIC_RELAXED);
+    }
+  }
   // Calls on_slot(i, hash slot of keys[i] or -1) for i in [0, n) through `run`, each key
   // hashed once and its slot prefetched a few keys ahead.
   template <typename F>
@@ -108,6 +135,10 @@ class HashTable {
   int64_t FindSlot(int64_t key) const;  // hash slot holding key, or -1
   int64_t FindSlot(int64_t key, uint64_t hash) const;
   int64_t Insert(int64_t key);  // stores a new row initialized from the config
+  // Counts the keys at positions `missing` (not stored; a key may repeat) as seen in this step
+  // and stores those now admitted, in order of first occurrence, evicting if the table is full.
+  // Sorts `missing`. Returns "" or an error.
+  std::string AdmitMissing(const int64_t* keys, std::vector<int64_t>* missing);
   void Erase(int64_t key);
   void Grow();
   float* RowPtr(int64_t r) { return chunks_[r / kChunkRows].get() + (r % kChunkRows) * stride(); }

@@ -19,6 +19,19 @@ absl::Status LookupShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+absl::Status LookupCombineShape(InferenceContext* c) {
+  ShapeHandle ids, splits, weights;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &ids));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &splits));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &weights));
+  ::tensorflow::shape_inference::DimensionHandle batch;
+  TF_RETURN_IF_ERROR(c->Subtract(c->Dim(splits, 0), 1, &batch));
+  int64_t dim = 0;
+  TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+  c->set_output(0, c->Matrix(batch, dim));
+  return absl::OkStatus();
+}
+
 absl::Status ExportShape(InferenceContext* c) {
   c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
   c->set_output(1, c->Matrix(InferenceContext::kUnknownDim, InferenceContext::kUnknownDim));
@@ -60,6 +73,25 @@ REGISTER_OP("SokLiteDynamicLookup")
     .Doc(R"doc(
 One lookup step: finds or creates the rows of `keys` and returns their values in key order.
 Keys may repeat; each distinct key counts once per step for eviction and admission.
+)doc");
+
+REGISTER_OP("SokLiteDynamicLookupCombine")
+    .Input("table: resource")
+    .Input("ids: int64")
+    .Input("row_splits: int64")
+    .Input("weights: float")
+    .Output("combined: float")
+    .Attr("dim: int >= 1")
+    .Attr("combiner: {'sum', 'mean', 'sqrtn'} = 'sum'")
+    .Attr("hotness: int >= 0 = 0")
+    .Attr("table_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(LookupCombineShape)
+    .Doc(R"doc(
+One rank's lookup_sparse on a hash table: one lookup step (as SokLiteDynamicLookup) over the ids,
+not deduplicated, fused with the per-sample combine (as SokLiteSegmentCombine). Sample b's ids
+are ids[row_splits[b], row_splits[b + 1]); weights: one per id, or empty (all 1). hotness: the
+most ids a sample may have (0: no limit). Returns [batch, dim].
 )doc");
 
 REGISTER_OP("SokLiteDynamicApply")

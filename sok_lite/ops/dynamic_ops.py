@@ -3,6 +3,7 @@
 import tensorflow as tf
 
 from sok_lite._loader import ops as _ops
+from sok_lite.ops import lookup_ops
 
 
 def create_table(shared_name, dim, init, capacity=0, policy="lru", min_count=1):
@@ -23,6 +24,22 @@ def create_table(shared_name, dim, init, capacity=0, policy="lru", min_count=1):
 def lookup(handle, keys, dim, table_name=""):
     """Finds or creates the rows of int64 `keys`; [n, dim] float32."""
     return _ops().sok_lite_dynamic_lookup(table=handle, keys=keys, dim=dim, table_name=table_name)
+
+
+def lookup_combine(handle, ids, row_splits, weights, dim, combiner, hotness, table_name=""):
+    """One rank's lookup_sparse on a hash table: finds or creates the rows of int64 `ids` and
+    combines them per sample in one pass (ids not deduplicated); [batch, dim] float32.
+    weights: [n] float32 or [0] (all 1)."""
+    return _ops().sok_lite_dynamic_lookup_combine(
+        table=handle,
+        ids=ids,
+        row_splits=row_splits,
+        weights=weights,
+        dim=dim,
+        combiner=combiner,
+        hotness=hotness,
+        table_name=table_name,
+    )
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -91,3 +108,25 @@ for _op in (
 def _lookup_grad(op, grad):
     """The gradient of a hash table: IndexedSlices whose indices are the KEYS looked up."""
     return [tf.IndexedSlices(grad, op.inputs[1]), None]
+
+
+@tf.RegisterGradient("SokLiteDynamicLookupCombine")
+def _lookup_combine_grad(op, grad):
+    """IndexedSlices over the distinct KEYS looked up: the forward does not deduplicate the ids,
+    so the gradient does, then sums each key's share of the output gradient."""
+    ids, row_splits, weights = op.inputs[1:]
+    name = op.get_attr("table_name")
+    name = name.decode() if isinstance(name, bytes) else name
+    (unique,), (inverse,) = lookup_ops.unique_ids(
+        [ids], [row_splits], [-1], [op.get_attr("hotness")], [name]
+    )
+    combiner = op.get_attr("combiner")
+    (rows,) = lookup_ops.segment_combine_grad(
+        [tf.convert_to_tensor(grad)],
+        [inverse],
+        [row_splits],
+        [weights],
+        [tf.size(unique, out_type=tf.int64)],
+        [combiner.decode() if isinstance(combiner, bytes) else combiner],
+    )
+    return [tf.IndexedSlices(rows, unique), None, None, None]

@@ -59,6 +59,19 @@ def segment_combine(rows, inverse, row_splits, weights, combiners, name=None):
         )
 
 
+def segment_combine_grad(grads, inverse, row_splits, weights, num_unique, combiners):
+    """The gradient of segment_combine: per table [num_unique_t, dim_t], one summed row per
+    unique id."""
+    return _ops().sok_lite_segment_combine_grad(
+        grads=grads,
+        inverse=inverse,
+        row_splits=row_splits,
+        weights=weights,
+        num_unique=num_unique,
+        combiners=combiners,
+    )
+
+
 tf.no_gradient("SokLiteRowSplitsFromRowIds")
 tf.no_gradient("SokLiteUniqueIds")
 tf.no_gradient("SokLiteSegmentCombineGrad")
@@ -95,12 +108,7 @@ def _segment_combine_grad(op, *grads):
         for g, out in zip(grads, op.outputs)
     ]
     num_unique = [tf.shape(r, out_type=tf.int64)[0] for r in rows]
-    row_grads = _ops().sok_lite_segment_combine_grad(
-        grads=grads,
-        inverse=inverse,
-        row_splits=row_splits,
-        weights=weights,
-        num_unique=num_unique,
-        combiners=op.get_attr("combiners"),
+    row_grads = segment_combine_grad(
+        grads, inverse, row_splits, weights, num_unique, op.get_attr("combiners")
     )
     return list(row_grads) + [None] * (3 * n)

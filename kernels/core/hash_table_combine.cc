@@ -1,0 +1,167 @@
+// HashTable::LookupCombine: the find-or-create step of a hash table fused with lookup_sparse's
+// per-sample combine. Each id's row is read where it is stored and combined straight into the
+// output: no deduplication of the ids and no [unique, dim] copy of the rows in between.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "kernels/core/hash_table.h"
+#include "kernels/core/prefetch.h"
+#include "kernels/core/row_init.h"
+#include "kernels/core/stream_store.h"
+
+namespace sok_lite {
+namespace {
+
+// Combines sample [k0, k1) into dst; row_of(k) is called once for every k, in order, and gives
+// the row of id k or null (not stored yet). Returns false, leaving dst untouched, if any row was
+// null. acc: dim floats of scratch.
+template <typename RowOf>
+bool CombineSample(int64_t k0, int64_t k1, int64_t dim, const float* weights, float scale,
+                   bool stream_out, RowOf row_of, float* acc, float* dst) {
+  if (k1 - k0 == 1 && !weights && scale == 1.0f) {  // a copy of one row
+    const float* src = row_of(k0);
+    if (!src) return false;
+    if (stream_out) {
+      StreamRow(src, dim, dst);
+    } else {
+      std::memcpy(dst, src, dim * sizeof(float));
+    }
+    return true;
+  }
+  bool complete = true;
+  for (int64_t k = k0; k < k1; ++k) {
+    const float* src = row_of(k);  // called even after a miss: it may advance a pipeline
+    complete = complete && src;
+    if (!complete) continue;
+    const float w = weights ? weights[k] : 1.0f;
+    if (k == k0) {  // assign, not add to zeros: one pass less, same result
+      for (int64_t d = 0; d < dim; ++d) acc[d] = w * src[d];
+    } else {
+      for (int64_t d = 0; d < dim; ++d) acc[d] += w * src[d];
+    }
+  }
+  if (!complete) return false;
+  if (k0 == k1) std::fill(acc, acc + dim, 0.0f);
+  if (scale != 1.0f) {
+    for (int64_t d = 0; d < dim; ++d) acc[d] *= scale;
+  }
+  if (stream_out) {
+    StreamRow(acc, dim, dst);
+  } else {
+    std::memcpy(dst, acc, dim * sizeof(float));
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_splits, int64_t batch,
+                                     const float* weights, const float* scale, float* out,
+                                     bool stream_out, const Runner& run) {
+  ++step_;
+  const int64_t dim = config_.dim;
+  const uint64_t mask = slots_.size() - 1;
+  std::mutex mu;
+  std::vector<int64_t> missing;  // positions of ids not stored
+  std::vector<int64_t> marked;   // rows first seen in this step, some more than once
+  // Three stages per id, in flight over a window of ids: hash the key and prefetch its slot
+  // (kSlotAhead ids ahead), read the slot and prefetch the row and its record (kRowAhead ahead),
+  // combine the row. Probing is read-only, so samples are combined in parallel.
+  constexpr uint64_t kSlotAhead = 16, kRowAhead = 8;
+  const Slot* const slots = slots_.data();
+  const std::unique_ptr<float[]>* const chunks = chunks_.data();
+  const uint64_t stride = this->stride();
+  const auto row_ptr = [=](uint64_t r) {
+    return chunks[r / kChunkRows].get() + (r % kChunkRows) * stride;
+  };
+  // Only LFU eviction reads the per-step counts; without it a first sighting just stores the
+  // step.
+  const bool count = config_.capacity > 0 && config_.policy == EvictPolicy::kLfu;
+  const int64_t step = step_;
+  run(batch, [&](int64_t b0, int64_t b1) {
+    const uint64_t first = row_splits[b0], end = row_splits[b1];
+    uint64_t hashes[kSlotAhead];
+    int64_t rows[kRowAhead];
+    const auto hash_ahead = [&](uint64_t k) {
+      const uint64_t h = HashKey(keys[k]);
+      hashes[k % kSlotAhead] = h;
+      __builtin_prefetch(&slots[h & mask], 0, 3);
+    };
+    const auto probe_ahead = [&](uint64_t k) {
+      const int64_t s = FindSlot(keys[k], hashes[k % kSlotAhead]);
+      const int64_t r = s < 0 ? -1 : slots[s].row;
+      rows[k % kRowAhead] = r;
+      if (r >= 0) {
+        PrefetchBytes<0>(row_ptr(r), dim * sizeof(float));
+        __builtin_prefetch(&meta_[r], 0, 3);
+      }
+    };
+    for (uint64_t k = first; k < std::min(end, first + kSlotAhead); ++k) hash_ahead(k);
+    for (uint64_t k = first; k < std::min(end, first + kRowAhead); ++k) probe_ahead(k);
+    std::vector<int64_t> local_missing, local_marked;
+    std::vector<float> acc(dim);
+    const auto row_of = [&](uint64_t k) -> const float* {
+      const int64_t r = rows[k % kRowAhead];  // read before probe_ahead reuses the entry
+      if (k + kSlotAhead < end) hash_ahead(k + kSlotAhead);
+      if (k + kRowAhead < end) probe_ahead(k + kRowAhead);
+      if (r < 0) {
+        local_missing.push_back(k);
+        return nullptr;
+      }
+      // Plain stores, no locked instruction: one here would also wait for the streaming
+      // stores. A row first seen in this step gets last_seen = -step and is counted after the
+      // pass, once, however many threads marked it.
+      int64_t* last_seen = &meta_[r].last_seen;
+      const int64_t seen = __atomic_load_n(last_seen, __ATOMIC_RELAXED);
+      if (seen != step && seen != -step) {
+        __atomic_store_n(last_seen, count ? -step : step, __ATOMIC_RELAXED);
+        if (count) local_marked.push_back(r);
+      }
+      return row_ptr(r);
+    };
+    for (int64_t b = b0; b < b1; ++b) {
+      CombineSample(row_splits[b], row_splits[b + 1], dim, weights, scale ? scale[b] : 1.0f,
+                    stream_out, row_of, acc.data(), out + b * dim);
+    }
+    if (stream_out) StreamFence();
+    std::lock_guard<std::mutex> lock(mu);
+    missing.insert(missing.end(), local_missing.begin(), local_missing.end());
+    marked.insert(marked.end(), local_marked.begin(), local_marked.end());
+  });
+  for (int64_t r : marked) {
+    if (meta_[r].last_seen == -step_) {
+      meta_[r].last_seen = step_;
+      ++meta_[r].count;
+    }
+  }
+  if (missing.empty()) return "";
+  // Samples holding a missing id, found before AdmitMissing sorts the positions by key.
+  std::sort(missing.begin(), missing.end());
+  std::vector<int64_t> redo;
+  for (int64_t k : missing) {
+    const int64_t b = std::upper_bound(row_splits, row_splits + batch + 1, k) - row_splits - 1;
+    if (redo.empty() || redo.back() != b) redo.push_back(b);
+  }
+  const std::string problem = AdmitMissing(keys, &missing);
+  if (!problem.empty()) return problem;
+  run(redo.size(), [&](int64_t j0, int64_t j1) {
+    std::vector<float> acc(dim), init(dim);
+    const auto row_of = [&](int64_t k) -> const float* {
+      const int64_t s = FindSlot(keys[k]);
+      if (s >= 0) return RowPtr(slots_[s].row);
+      InitRows(config_.init, keys + k, dim, 0, 1, init.data());  // not admitted: nothing stored
+      return init.data();
+    };
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t b = redo[j];
+      CombineSample(row_splits[b], row_splits[b + 1], dim, weights, scale ? scale[b] : 1.0f,
+                    stream_out, row_of, acc.data(), out + b * dim);
+    }
+    if (stream_out) StreamFence();
+  });
+  return "";
+}
+
+}  // namespace sok_lite
