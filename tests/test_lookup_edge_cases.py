@@ -80,3 +80,17 @@ def test_same_table_twice_in_one_call_sums_gradients():
         loss = tf.reduce_sum(oa) + tf.reduce_sum(ob)
     dense = tf.convert_to_tensor(tape.gradient(loss, v)).numpy()
     np.testing.assert_array_equal(dense[:, 0], [0, 1, 2, 1, 0])
+
+
+def test_gradient_of_a_tf_function_taken_by_an_outer_tape():
+    """The tape sits outside the tf.function: TF builds the function's backward function, whose
+    outputs must be tensors of its own graph (the gradients' indices were forward tensors)."""
+    tables = [sok.Variable(np.ones([6, 2]), dtype=tf.float32), sok.DynamicVariable(2)]
+    step = tf.function(lambda ids: sok.lookup_sparse(tables, [ids, ids]))
+    ids = tf.ragged.constant([[1, 4], [4]], dtype=tf.int64)
+    with tf.GradientTape() as tape:
+        loss = tf.add_n([tf.reduce_sum(out) for out in step(ids)])
+    for grad in tape.gradient(loss, tables):
+        assert isinstance(grad, tf.IndexedSlices)
+        assert grad.indices.numpy().tolist() == [1, 4]
+        np.testing.assert_array_equal(grad.values.numpy(), [[1, 1], [2, 2]])

@@ -107,7 +107,8 @@ for _op in (
 @tf.RegisterGradient("SokLiteDynamicLookup")
 def _lookup_grad(op, grad):
     """The gradient of a hash table: IndexedSlices whose indices are the KEYS looked up."""
-    return [tf.IndexedSlices(grad, op.inputs[1]), None]
+    # tf.identity: see _gather_rows_grad in lookup_ops.
+    return [tf.IndexedSlices(grad, tf.identity(op.inputs[1])), None]
 
 
 @tf.RegisterGradient("SokLiteDynamicLookupCombine")

@@ -89,7 +89,9 @@ def _gather_rows_grad(op, *grads):
     slices = []
     for handle, idx, grad in zip(handles, indices, grads):
         dense_shape = tf.raw_ops.VariableShape(input=handle, out_type=tf.int64)
-        slices.append(tf.IndexedSlices(grad, idx, dense_shape))
+        # An op of the gradient's own graph: a forward tensor returned as it is breaks the
+        # backward function of a tf.function differentiated from outside.
+        slices.append(tf.IndexedSlices(grad, tf.identity(idx), dense_shape))
     return slices + [None] * n
 
 
