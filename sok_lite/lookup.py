@@ -58,7 +58,8 @@ def lookup_sparse(
     Args:
       params: a list of sok_lite.Variable / DynamicVariable, one per table (a single one is
         accepted too).
-      sp_ids: per table, a tf.SparseTensor or tf.RaggedTensor [batch, None] of int32/int64 ids.
+      sp_ids: per table, a tf.SparseTensor or tf.RaggedTensor [batch, None] of int32/int64 ids,
+        or a dense [batch, hotness] tf.Tensor (every sample has exactly hotness ids).
       sp_weights: None, or per table None / a float tensor laid out like the ids.
       hotness: None, or per table the most ids a sample may have (None/0: no limit).
       combiners: "sum" | "mean" | "sqrtn", one for all tables or one per table (default "sum").
@@ -90,7 +91,7 @@ def lookup_sparse(
     n = len(params)
     if n == 0:
         raise ValueError("params is empty")
-    if isinstance(sp_ids, (tf.SparseTensor, tf.RaggedTensor)) or len(sp_ids) != n:
+    if isinstance(sp_ids, (tf.SparseTensor, tf.RaggedTensor, tf.Tensor)) or len(sp_ids) != n:
         raise ValueError(f"sp_ids must be a list with one entry per table ({n})")
     weights = _per_table(sp_weights, n, "sp_weights")
     hot = [int(h or 0) for h in _per_table(hotness, n, "hotness")]

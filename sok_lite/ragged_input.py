@@ -1,5 +1,5 @@
-"""Turns user id/weight inputs (tf.SparseTensor or tf.RaggedTensor, [batch, None]) into the
-flat values + int64 row_splits that the kernels take."""
+"""Turns user id/weight inputs (tf.SparseTensor or tf.RaggedTensor [batch, None], or a dense
+[batch, hotness] tf.Tensor) into the flat values + int64 row_splits that the kernels take."""
 
 import tensorflow as tf
 
@@ -16,10 +16,19 @@ def _check_2d(x, what: str, label: str) -> None:
     elif isinstance(x, tf.SparseTensor):
         if x.shape.rank is not None and x.shape.rank != 2:
             raise ValueError(f"{label}: {what} must be a 2-D SparseTensor, got rank {x.shape.rank}")
+    elif isinstance(x, tf.Tensor):
+        if x.shape.rank != 2:
+            raise ValueError(f"{label}: dense {what} must be 2-D [batch, hotness], got {x.shape}")
     else:
         raise ValueError(
-            f"{label}: {what} must be a tf.SparseTensor or tf.RaggedTensor, got {type(x).__name__}"
+            f"{label}: {what} must be a tf.SparseTensor, tf.RaggedTensor or 2-D tf.Tensor, got "
+            f"{type(x).__name__}"
         )
+
+
+def _flat_values(x) -> tf.Tensor:
+    """The values of a sparse, ragged or dense [batch, hotness] input, in row-major order."""
+    return tf.reshape(x, [-1]) if isinstance(x, tf.Tensor) else x.values
 
 
 def ids_parts(x, label: str, plain_tf: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
@@ -33,6 +42,9 @@ def ids_parts(x, label: str, plain_tf: bool = False) -> tuple[tf.Tensor, tf.Tens
         raise ValueError(f"{label}: ids must be int32 or int64, got {x.dtype.name}")
     if isinstance(x, tf.RaggedTensor):
         return tf.cast(x.values, tf.int64), tf.cast(x.row_splits, tf.int64)
+    if isinstance(x, tf.Tensor):  # every sample has hotness ids
+        batch, hotness = tf.unstack(tf.shape(x, out_type=tf.int64))
+        return tf.cast(_flat_values(x), tf.int64), tf.range(batch + 1) * hotness
     if plain_tf:
         ragged = tf.RaggedTensor.from_value_rowids(x.values, x.indices[:, 0], x.dense_shape[0])
         return tf.cast(ragged.values, tf.int64), tf.cast(ragged.row_splits, tf.int64)
@@ -50,7 +62,7 @@ def weight_values(x, ids: tf.Tensor, dtype: tf.DType, label: str) -> tf.Tensor:
     _check_2d(x, "sp_weights", label)
     if not x.dtype.is_floating:
         raise ValueError(f"{label}: weights must be floating point, got {x.dtype.name}")
-    values = tf.cast(x.values, dtype)
+    values = tf.cast(_flat_values(x), dtype)
     n_ids, n_weights = ids.shape[0], values.shape[0]
     if n_ids is not None and n_weights is not None:
         if n_ids != n_weights:
