@@ -28,6 +28,20 @@ def time_steps(fns, warmup=5, iters=30):
     return [float(np.median(t)) for t in times]
 
 
+def time_blocks(fns, rounds=6, iters=30):
+    """Median wall time in ms of each fn(), each run alone for `iters` calls per block.
+
+    Blocks of the functions alternate for `rounds` rounds (drift in machine load affects all
+    alike); within a block every call follows a call of the same function, as the steps of a
+    training loop do, so each finds the caches as its own previous step left them.
+    """
+    medians = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, m in zip(fns, medians):
+            m.append(time_steps([fn], warmup=2, iters=iters)[0])
+    return [float(np.median(m)) for m in medians]
+
+
 def cycling(step, inputs):
     """A no-argument callable that runs step(*inputs[i]) with i = 0, 1, 2, ... modulo len."""
     state = {"i": 0}

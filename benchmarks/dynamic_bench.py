@@ -5,8 +5,11 @@ Usage: python benchmarks/dynamic_bench.py [--keys 1000000] [--dim 64]
 Memory: process RSS growth while 10^6 distinct keys are inserted into a table that already has
 Adam's two slots, against the raw payload (value + 2 slots, float32).
 Speed: 163,840 Zipf(1.2) ids (~29k unique), d = 64, inside tf.function: ours through
-lookup_sparse (one id per sample: a gather), TF's through tf.lookup.experimental.DenseHashTable
-(unique, lookup, insert the missing keys with initial values, gather).
+lookup_sparse (one id per sample: a gather) on the ids as a dense [163840, 1] tensor, and again
+as a RaggedTensor; TF's through tf.lookup.experimental.DenseHashTable (unique, lookup, insert
+the missing keys with initial values, gather) on the same ids as a dense [163840] tensor.
+Timed in blocks (each side's steps back to back) and interleaved (each call after the other
+side's); see time_blocks and time_steps in common.py.
 Training step: the same ids, a loss through a fixed projection, its gradient and an Adam update
 of the rows read: ours through lookup_sparse + OptimizerScope(keras Adam), TF's with three
 DenseHashTables (rows, m, v) and Adam's update written out.
@@ -20,7 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from common import cycling, report, time_steps, zipf_ids  # noqa: E402
+from common import cycling, report, time_blocks, time_steps, zipf_ids  # noqa: E402
 
 import sok_lite as sok  # noqa: E402
 
@@ -61,7 +64,8 @@ def speed(dim, iters):
     batches = [zipf_ids(rng, 163_840, 2**40) for _ in range(4)]
     n_unique = int(np.mean([len(np.unique(b)) for b in batches]))
     table = sok.DynamicVariable(dim, initializer=keras.initializers.RandomNormal(seed=2))
-    ragged = [tf.RaggedTensor.from_tensor(tf.constant(b.reshape(-1, 1))) for b in batches]
+    columns = [tf.constant(b.reshape(-1, 1)) for b in batches]
+    ragged = [tf.RaggedTensor.from_tensor(c) for c in columns]
     our_step = tf.function(lambda ids: sok.lookup_sparse(table, ids))
 
     tf_table = tf.lookup.experimental.DenseHashTable(
@@ -87,16 +91,23 @@ def speed(dim, iters):
 
     # An eager call of a tf.function on CPU returns once its outputs are computed; fetching
     # the 42 MB result to NumPy would add the same copy to both sides.
-    ours = cycling(our_step, [(x,) for x in ragged])
+    ours = cycling(our_step, [(x,) for x in columns])
+    ours_ragged = cycling(our_step, [(x,) for x in ragged])
     peer = cycling(tf_step, [(x,) for x in dense])
-    ours_ms, tf_ms = time_steps([ours, peer], iters=iters)
+    title = f"163,840 Zipf(1.2) ids (~{n_unique:,} unique), d = {dim}"
+    peer_name = "tf.lookup.experimental.DenseHashTable"
+    # Two methods. Blocks: each side runs its own steps back to back, as a training loop does.
+    # Interleaved: each call follows a call of the other side, whose step evicts the caches
+    # (ours most: TF's step writes its 42 MB output through the cache). Each of our variants
+    # alternates with the peer's step alone, not with the other variant.
+    ours_ms, tf_ms = time_blocks([ours, peer], iters=iters)
     report(
-        f"hash-table find-or-insert + gather: 163,840 Zipf(1.2) ids (~{n_unique:,} unique), "
-        f"d = {dim}",
-        ours_ms,
-        tf_ms,
-        "tf.lookup.experimental.DenseHashTable",
+        f"hash-table find-or-insert + gather: {title}, dense ids, blocks", ours_ms, tf_ms, peer_name
     )
+    ours_ms, tf_ms = time_steps([ours, peer], iters=iters)
+    report("the same, interleaved", ours_ms, tf_ms, peer_name)
+    ragged_ms, tf_ms = time_steps([ours_ragged, peer], iters=iters)
+    report("the same, interleaved, our ids as a RaggedTensor", ragged_ms, tf_ms, peer_name)
 
 
 def train_speed(dim, iters):
