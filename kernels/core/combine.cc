@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/core/combine_sample.h"
 #include "kernels/core/stream_store.h"
 
 namespace sok_lite {
@@ -43,35 +44,11 @@ template <typename T>
 void CombineForward(const T* rows, int64_t dim, const int32_t* inverse, const int64_t* row_splits,
                     const T* weights, const T* scale, int64_t b0, int64_t b1, T* out,
                     bool stream_out) {
-  // Streamed samples are combined in `acc`, then stored once.
-  std::vector<T> acc(stream_out ? dim : 0);
+  std::vector<T> acc(dim);
+  const auto row_of = [=](int64_t k) { return rows + static_cast<int64_t>(inverse[k]) * dim; };
   for (int64_t b = b0; b < b1; ++b) {
-    T* const final_dst = out + b * dim;
-    const int64_t k0 = row_splits[b], k1 = row_splits[b + 1];
-    if (k0 == k1) {
-      std::fill(final_dst, final_dst + dim, T(0));
-      continue;
-    }
-    if (stream_out && k1 - k0 == 1 && !weights && scale[b] == T(1)) {  // a copy of one row
-      StreamRow(rows + static_cast<int64_t>(inverse[k0]) * dim, dim, final_dst);
-      continue;
-    }
-    T* dst = stream_out ? acc.data() : final_dst;
-    // The first id assigns instead of adding to zeros: one pass less over the output, same
-    // result (0 + x == x).
-    const T w0 = weights ? weights[k0] : T(1);
-    const T* first = rows + static_cast<int64_t>(inverse[k0]) * dim;
-    for (int64_t d = 0; d < dim; ++d) dst[d] = w0 * first[d];
-    for (int64_t k = k0 + 1; k < k1; ++k) {
-      const T w = weights ? weights[k] : T(1);
-      const T* src = rows + static_cast<int64_t>(inverse[k]) * dim;
-      for (int64_t d = 0; d < dim; ++d) dst[d] += w * src[d];
-    }
-    const T s = scale[b];
-    if (s != T(1)) {
-      for (int64_t d = 0; d < dim; ++d) dst[d] *= s;
-    }
-    if (stream_out) StreamRow(dst, dim, final_dst);
+    CombineSample(row_splits[b], row_splits[b + 1], dim, weights, scale[b], stream_out, row_of,
+                  acc.data(), out + b * dim);
   }
   if (stream_out) StreamFence();
 }

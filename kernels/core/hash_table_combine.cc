@@ -2,61 +2,16 @@
 // per-sample combine. Each id's row is read where it is stored and combined straight into the
 // output: no deduplication of the ids and no [unique, dim] copy of the rows in between.
 #include <algorithm>
-#include <cstring>
 #include <mutex>
 #include <vector>
 
+#include "kernels/core/combine_sample.h"
 #include "kernels/core/hash_table.h"
 #include "kernels/core/prefetch.h"
 #include "kernels/core/row_init.h"
 #include "kernels/core/stream_store.h"
 
 namespace sok_lite {
-namespace {
-
-// Combines sample [k0, k1) into dst; row_of(k) is called once for every k, in order, and gives
-// the row of id k or null (not stored yet). Returns false, leaving dst untouched, if any row was
-// null. acc: dim floats of scratch.
-template <typename RowOf>
-bool CombineSample(int64_t k0, int64_t k1, int64_t dim, const float* weights, float scale,
-                   bool stream_out, RowOf row_of, float* acc, float* dst) {
-  if (k1 - k0 == 1 && !weights && scale == 1.0f) {  // a copy of one row
-    const float* src = row_of(k0);
-    if (!src) return false;
-    if (stream_out) {
-      StreamRow(src, dim, dst);
-    } else {
-      std::memcpy(dst, src, dim * sizeof(float));
-    }
-    return true;
-  }
-  bool complete = true;
-  for (int64_t k = k0; k < k1; ++k) {
-    const float* src = row_of(k);  // called even after a miss: it may advance a pipeline
-    complete = complete && src;
-    if (!complete) continue;
-    const float w = weights ? weights[k] : 1.0f;
-    if (k == k0) {  // assign, not add to zeros: one pass less, same result
-      for (int64_t d = 0; d < dim; ++d) acc[d] = w * src[d];
-    } else {
-      for (int64_t d = 0; d < dim; ++d) acc[d] += w * src[d];
-    }
-  }
-  if (!complete) return false;
-  if (k0 == k1) std::fill(acc, acc + dim, 0.0f);
-  if (scale != 1.0f) {
-    for (int64_t d = 0; d < dim; ++d) acc[d] *= scale;
-  }
-  if (stream_out) {
-    StreamRow(acc, dim, dst);
-  } else {
-    std::memcpy(dst, acc, dim * sizeof(float));
-  }
-  return true;
-}
-
-}  // namespace
-
 std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_splits, int64_t batch,
                                      const float* weights, const float* scale, float* out,
                                      bool stream_out, const Runner& run) {
