@@ -18,7 +18,9 @@ setup: $(DEPS_STAMP) $(HOROVOD_STAMP) $(BUILD_STAMP)
 $(DEPS_STAMP): requirements-dev.txt sok_lite/_tf_range.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $$($(PY) -c "import runpy; r = runpy.run_path('sok_lite/_tf_range.py')['pip_requirement']; print(r(), r('tf_keras'))") -r requirements-dev.txt
+	$(PY) -m pip install --quiet $$($(PY) -c "import runpy; print(runpy.run_path('sok_lite/_tf_range.py')['pip_requirement']())") -r requirements-dev.txt
+	# tf_keras requires the `tensorflow` wheel, which would install a second TF over tensorflow-cpu.
+	$(PY) -m pip install --quiet --no-deps $$($(PY) -c "import runpy; print(runpy.run_path('sok_lite/_tf_range.py')['pip_requirement']('tf_keras'))")
 	touch $@
 
 $(HOROVOD_STAMP): $(DEPS_STAMP) scripts/install_horovod.sh

@@ -113,8 +113,7 @@ def lookup_sparse(
         _check_distributed_params(params)
 
     with tf.name_scope(name or "sok_lite_lookup_sparse"):
-        names = [_table_name(v) for v in params]
-        labels = [f"table {t} ('{names[t]}')" for t in range(n)]
+        labels = [f"table {t} ('{_table_name(v)}')" for t, v in enumerate(params)]
         for t, (var, x) in enumerate(zip(params, sp_ids)):
             if (
                 isinstance(var, DynamicVariable)
@@ -137,30 +136,45 @@ def lookup_sparse(
             variable_accessed(var)
         outputs = [None] * n
         fused = [t for t, v in enumerate(params) if _fused_lookup(v, communicator)]
-        for t in fused:
-            var = params[t]
-            outputs[t] = dynamic_ops.lookup_combine(
-                var.handle, ids[t], splits[t], w[t], var.dimension, comb[t], hot[t], names[t]
-            )
         rest = [t for t in range(n) if t not in fused]
+        checks = []
         if rest:
 
             def pick(values):
                 return [values[t] for t in rest]
 
-            combined = _deduplicated_lookup(
+            combined, checks = _deduplicated_lookup(
                 pick(params),
                 pick(ids),
                 pick(splits),
                 pick(w),
                 pick(hot),
                 pick(comb),
-                pick(names),
+                pick(labels),
                 communicator,
             )
             for t, out in zip(rest, combined):
                 outputs[t] = out
+        if n > 1:  # every other table's ids are checked before a hash table stores a key
+            checks += [_hotness_check(splits[t], hot[t], labels[t]) for t in fused if hot[t]]
+        with tf.control_dependencies(checks):
+            for t in fused:
+                var = params[t]
+                outputs[t] = dynamic_ops.lookup_combine(
+                    var.handle, ids[t], splits[t], w[t], var.dimension, comb[t], hot[t], labels[t]
+                )
     return outputs[0] if single else outputs
+
+
+def _hotness_check(splits, hotness: int, label: str):
+    """Fails as the fused hash-table lookup would on a sample longer than `hotness`, so that a
+    call with several tables can refuse it before any table stores a key."""
+    longest = tf.reduce_max(tf.concat([[0], splits[1:] - splits[:-1]], 0))
+    return tf.debugging.assert_less_equal(
+        longest,
+        tf.constant(hotness, tf.int64),
+        message=f"{label}: a sample has more ids than its hotness {hotness}",
+    )
 
 
 def _fused_lookup(var, communicator) -> bool:
@@ -171,14 +185,18 @@ def _fused_lookup(var, communicator) -> bool:
     return tf.DeviceSpec.from_string(var.handle.device).device_type in (None, "CPU")
 
 
-def _deduplicated_lookup(params, ids, splits, weights, hot, comb, names, communicator) -> list:
-    """Unique ids per table, their rows (read in place, or from the owners), then the combine."""
+def _deduplicated_lookup(params, ids, splits, weights, hot, comb, labels, communicator):
+    """Unique ids per table, their rows (read in place, or from the owners), then the combine.
+
+    labels: the tables' labels in error messages. Returns the combined rows per table and the
+    unique ids, whose op checks every table's ids before any row is read or created.
+    """
     num_rows = [_global_rows(v) for v in params]
-    unique, inverse = lookup_ops.unique_ids(ids, splits, num_rows, hot, names)
+    unique, inverse = lookup_ops.unique_ids(ids, splits, num_rows, hot, labels)
     if communicator.num_ranks == 1:
-        rows = _local_rows(params, unique, names)
+        rows = _local_rows(params, unique, labels)
     else:
-        rows = _exchanged_rows(params, unique, names, communicator)
+        rows = _exchanged_rows(params, unique, labels, communicator)
     outputs = [None] * len(params)
     for group in _dtype_groups(params):
         combined = lookup_ops.segment_combine(
@@ -190,7 +208,7 @@ def _deduplicated_lookup(params, ids, splits, weights, hot, comb, names, communi
         )
         for t, out in zip(group, combined):
             outputs[t] = out
-    return outputs
+    return outputs, list(unique)
 
 
 def _serving_lookup(serving, sp_ids, weights, comb, params, single, name):
@@ -235,7 +253,7 @@ def _check_distributed_params(params) -> None:
             )
 
 
-def _local_rows(params, unique, names) -> list:
+def _local_rows(params, unique, labels) -> list:
     """One rank: every row is here; read the unique rows in place (hash tables: find or create)."""
     rows = [None] * len(params)
     static = [t for t, v in enumerate(params) if not isinstance(v, DynamicVariable)]
@@ -245,13 +263,13 @@ def _local_rows(params, unique, names) -> list:
             [params[t].handle for t in group],
             [unique[t] for t in group],
             params[group[0]].dtype,
-            [names[t] for t in group],
+            [labels[t] for t in group],
         )
         for t, r in zip(group, gathered):
             rows[t] = r
     for t, var in enumerate(params):
         if isinstance(var, DynamicVariable):
-            rows[t] = dynamic_ops.lookup(var.handle, unique[t], var.dimension, names[t])
+            rows[t] = dynamic_ops.lookup(var.handle, unique[t], var.dimension, labels[t])
     return rows
 
 
@@ -262,7 +280,7 @@ def _owner_code(var) -> int:
     return -1 if var.placement.kind == "distributed" else var.placement.rank
 
 
-def _exchanged_rows(params, unique, names, communicator) -> list:
+def _exchanged_rows(params, unique, labels, communicator) -> list:
     """Several ranks: ask the owners for the unique rows, all tables in one pair of all-to-alls.
 
     The id message carries per-table counts in front of each destination's ids, so one
@@ -276,7 +294,13 @@ def _exchanged_rows(params, unique, names, communicator) -> list:
     dims = [int(v.shape[1]) for v in params]
     dynamic = [isinstance(v, DynamicVariable) for v in params]
     vectors, vector_splits = exchange_ops.gather_for_peers(
-        [v.handle for v in params], received, received_splits, params[0].dtype, dims, dynamic, names
+        [v.handle for v in params],
+        received,
+        received_splits,
+        params[0].dtype,
+        dims,
+        dynamic,
+        labels,
     )
     answered, _ = communicator.alltoall(vectors, vector_splits)
     return exchange_ops.unpack_rows(answered, counts, send_pos, dims)

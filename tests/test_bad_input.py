@@ -163,5 +163,5 @@ class TestRawOpsNeverReadOutOfBounds:
                 row_splits=[tf.constant([0, 2, 1, 2], tf.int64)],
                 num_rows=[5],
                 hotness=[0],
-                table_names=["t"],
+                table_names=["table 0 ('t')"],
             )

@@ -1,5 +1,6 @@
 """Package hygiene: a silent import, the TF range in one place, the private TF names we use."""
 
+import importlib.metadata
 import runpy
 import subprocess
 import sys
@@ -29,6 +30,25 @@ def test_running_tensorflow_is_in_the_supported_range():
     assert rng["pip_requirement"]() == (
         f"tensorflow-cpu>={rng['TF_MIN'][0]}.{rng['TF_MIN'][1]},<{rng['TF_MAX'][0]}.{rng['TF_MAX'][1]}"
     )
+
+
+def test_one_tensorflow_distribution_is_installed():
+    # tensorflow and tensorflow-cpu install the same files over each other; tf_keras requires
+    # `tensorflow`, so the Makefile installs it without its dependencies.
+    providers = importlib.metadata.packages_distributions().get("tensorflow", [])
+    assert len(set(providers)) == 1, providers
+
+
+def test_tensorflow_imports_without_a_cuda_probe_on_a_cpu_machine():
+    if tf.config.list_physical_devices("GPU"):
+        return  # a GPU machine: cuInit is expected to run, and to succeed
+    proc = subprocess.run(
+        [sys.executable, "-c", "import tensorflow as tf; tf.constant(1.0) + 1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "cuInit" not in proc.stderr, proc.stderr
 
 
 def test_private_tensorflow_names_still_exist():

@@ -137,7 +137,7 @@ unique_ids: distinct ids of each table, in order of first occurrence.
 inverse: position of every id in unique_ids.
 num_rows: per table, ids must lie in [0, num_rows); -1 for any value (hash-table keys).
 hotness: per table, the most ids a sample may have; 0 for no limit.
-table_names: per table, the name used in error messages.
+table_names: per table, the label that starts its error messages ("table 1 ('items')").
 )doc");
 
 REGISTER_OP("SokLiteGatherRows")

@@ -11,16 +11,19 @@
 
 namespace sok_lite {
 
-// "table 1 ('items')" (or "table 1" without a name), the prefix of every error message.
-inline std::string TableLabel(const std::vector<std::string>& names, int t) {
-  std::string label = "table " + std::to_string(t);
-  if (t < static_cast<int>(names.size()) && !names[t].empty()) label += " ('" + names[t] + "')";
-  return label;
+// The prefix of every error message about table t of a list op: the label the caller passed in
+// table_names (lookup_sparse passes "table 1 ('items')": the table's position in its caller's
+// list and its name, which the op's own list index need not be), else "table t".
+inline std::string TableLabel(const std::vector<std::string>& labels, int t) {
+  if (t < static_cast<int>(labels.size()) && !labels[t].empty()) return labels[t];
+  return "table " + std::to_string(t);
 }
 
-// "dynamic table 'name'" (or "dynamic table"): how the hash-table kernels name a table.
-inline std::string DynamicTableLabel(const std::string& name) {
-  return name.empty() ? "dynamic table" : "dynamic table '" + name + "'";
+// How the hash-table kernels name a table: the label the caller passed in table_name
+// ("table 0 ('clicks')" from lookup_sparse, "dynamic table 'clicks'" from the optimizer), else
+// "dynamic table".
+inline std::string DynamicTableLabel(const std::string& label) {
+  return label.empty() ? "dynamic table" : label;
 }
 
 // Checks, under the variable's lock, that it holds an initialized 2-D tensor of type T.

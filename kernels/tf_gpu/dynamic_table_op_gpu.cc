@@ -25,7 +25,7 @@ class DynamicTableGpuOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("container", &container_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &name_));
     OP_REQUIRES_OK(ctx, ReadTableConfig(ctx, &config));
-    const std::string label = DynamicTableLabel(name_);
+    const std::string label = "dynamic table '" + name_ + "'";
     OP_REQUIRES(ctx, config.capacity <= 0,
                 errors::InvalidArgument(label, ": capacity ", config.capacity,
                                         " eviction is CPU-only; create this table on the CPU"));

@@ -66,6 +66,9 @@ class _TableLayer(keras.layers.Layer):
         return tf.zeros(tf.stack([rows, feature.output_dim]), self.compute_dtype)
 
     def _output_spec(self, inputs, feature: FeatureSpec) -> keras.KerasTensor:
+        _refuse_composite_input_under_replicas(
+            inputs, f"layer {self.name!r}, feature {feature.name!r}"
+        )
         return keras.KerasTensor((inputs.shape[0], feature.output_dim), dtype=self.compute_dtype)
 
     @property
@@ -83,6 +86,27 @@ class _TableLayer(keras.layers.Layer):
                 weight.trainable = self._trainable
             else:
                 set_trainable(weight, self._trainable)
+
+
+def _refuse_composite_input_under_replicas(inputs, label: str) -> None:
+    """A model built on a ragged or sparse keras.Input under a strategy with several replicas
+    cannot be trained by `fit`: Keras reduces a distributed input batch over the replicas to
+    build the model, and tf.distribute cannot reduce composite tensors ("'RaggedTensor' object
+    has no attribute 'device'"). Say so when the model is built, and what to feed instead."""
+    kind = "ragged" if getattr(inputs, "ragged", False) else None
+    kind = "sparse" if getattr(inputs, "sparse", False) else kind
+    if kind is None or not tf.distribute.has_strategy():
+        return
+    strategy = tf.distribute.get_strategy()
+    if strategy.num_replicas_in_sync < 2:
+        return
+    raise ValueError(
+        f"{label}: a {kind} keras.Input cannot be fed to model.fit under "
+        f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replicas "
+        "(tf.distribute cannot reduce RaggedTensor/SparseTensor batches). Feed dense "
+        "[batch, hotness] ids padded with -1 instead: keras.Input(shape=(hotness,), "
+        'dtype="int64") and the layer\'s pad_value=-1 (see docs/distributed.md)'
+    )
 
 
 def _shape_trace_without_replica() -> bool:

@@ -24,7 +24,7 @@ def unique_ids(ids, row_splits, num_rows, hotness, table_names, name=None):
       row_splits: list of int64 [batch_t + 1].
       num_rows: list of int, ids must lie in [0, num_rows) (-1: any value, for hash tables).
       hotness: list of int, the most ids per sample (0: no limit).
-      table_names: list of str for error messages.
+      table_names: per table, the label that starts its error messages ("table 1 ('items')").
 
     Returns:
       (unique_ids, inverse): lists of int64 [u_t] and int32 [n_t].
