@@ -49,9 +49,11 @@ def lookup_sparse(
     params,
     sp_ids,
     sp_weights=None,
-    hotness: int | Sequence[int | None] | None = None,
     combiners: str | Sequence[str] | None = None,
+    *,
+    hotness: int | Sequence[int | None] | None = None,
     name: str | None = None,
+    use_low_frequency_filter: bool = False,
 ):
     """Looks up and combines the embeddings of many tables in one fused step.
 
@@ -61,9 +63,12 @@ def lookup_sparse(
       sp_ids: per table, a tf.SparseTensor or tf.RaggedTensor [batch, None] of int32/int64 ids,
         or a dense [batch, hotness] tf.Tensor (every sample has exactly hotness ids).
       sp_weights: None, or per table None / a float tensor laid out like the ids.
-      hotness: None, or per table the most ids a sample may have (None/0: no limit).
       combiners: "sum" | "mean" | "sqrtn", one for all tables or one per table (default "sum").
+      hotness: keyword only; None, or per table the most ids a sample may have (None/0: no
+        limit).
       name: name scope of the ops.
+      use_low_frequency_filter: SOK's switch for its HKV tables' admission filter; sok_lite
+        admits keys per table instead (DynamicVariable(min_count=k)), so True is refused.
 
     Returns:
       Per table a [batch, dim] tensor; a single tensor when params was a single Variable. A
@@ -81,6 +86,11 @@ def lookup_sparse(
     >>> sok.lookup_sparse(v, ids).numpy().tolist()
     [[6.0, 8.0, 10.0], [36.0, 39.0, 42.0]]
     """
+    if use_low_frequency_filter:
+        raise ValueError(
+            "use_low_frequency_filter is not supported: give the DynamicVariable min_count=k "
+            "to store a key from its k-th occurrence on"
+        )
     single = not isinstance(params, (list, tuple))
     # A table with one shard per replica (MirroredStrategy) is read through the running
     # replica's shard.
