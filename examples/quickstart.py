@@ -45,7 +45,7 @@ def main():
     try:
         sok.lookup_sparse(users, tf.ragged.constant([[17]], dtype=tf.int64))
     except tf.errors.InvalidArgumentError as e:
-        print("bad id ->", e.message.split("}}")[-1].strip().split(" [Op")[0])
+        print("bad id ->", e.message)
 
 
 if __name__ == "__main__":

@@ -90,6 +90,15 @@ def synthetic_batches(args, vocabulary_size):
     return ids.astype(np.int64), labels[..., np.newaxis]
 
 
+def replicas_line(count: int, kind: str) -> str:
+    """How many replicas MirroredStrategy runs and why: one per device of `kind`."""
+    plural = "" if count == 1 else "s"
+    line = f"MirroredStrategy: {count} replica{plural} ({count} {kind} device{plural}"
+    if kind == "CPU" and count == 1:
+        line += "; see docs/distributed.md to make 2 logical CPU devices"
+    return line + ")"
+
+
 def make_strategy(distributed_tool: str):
     """The tf.distribute strategy of --distributed_tool, None for Horovod / one process.
 
@@ -98,6 +107,7 @@ def make_strategy(distributed_tool: str):
     if distributed_tool == "mirrored":
         gpus = tf.config.list_logical_devices("GPU")
         devices = gpus or tf.config.list_logical_devices("CPU")
+        print(replicas_line(len(devices), "GPU" if gpus else "CPU"), flush=True)
         return tf.distribute.MirroredStrategy([d.name for d in devices])
     if distributed_tool == "multiworker":
         return tf.distribute.MultiWorkerMirroredStrategy()

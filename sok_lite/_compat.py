@@ -3,6 +3,7 @@
 Each name here is private to TensorFlow; tests/test_compat.py fails loudly if one moves.
 """
 
+from tensorflow.python.debug.lib import check_numerics_callback
 from tensorflow.python.ops import resource_variable_ops
 
 # The resource-variable class that tf.Variable builds in TF2; sok_lite.Variable extends it.
@@ -19,3 +20,9 @@ def variable_accessed(variable) -> None:
     record; without this, tape.gradient(loss, variable) returns None.
     """
     resource_variable_ops.variable_accessed(variable)
+
+
+def check_numerics_enabled() -> bool:
+    """Whether tf.debugging.enable_check_numerics() is on in this thread (TF keeps it per
+    thread, in the state that disable_check_numerics() clears)."""
+    return hasattr(check_numerics_callback._state, "check_numerics_callback")

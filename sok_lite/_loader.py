@@ -6,6 +6,7 @@ import warnings
 
 import tensorflow as tf
 
+from sok_lite._errors import CleanOps
 from sok_lite._tf_range import TF_MAX, TF_MIN
 
 
@@ -22,7 +23,8 @@ def _check_tf_version() -> None:
 
 @functools.cache
 def ops():
-    """The loaded op module (generated wrappers named sok_lite_*)."""
+    """The loaded op module (generated wrappers named sok_lite_*), raising errors without TF's
+    eager decoration (sok_lite._errors)."""
     _check_tf_version()
     here = pathlib.Path(__file__).resolve().parent
     candidates = sorted(here.glob("_sok_lite_ops*.so"))
@@ -33,7 +35,7 @@ def ops():
         )
     module = tf.load_op_library(str(candidates[0]))
     _load_gpu_kernels(here)
-    return module
+    return CleanOps(module)
 
 
 def _load_gpu_kernels(here: pathlib.Path) -> None:

@@ -12,7 +12,8 @@ import keras
 import tensorflow as tf
 
 from sok_lite import comm
-from sok_lite.comm.shards import ReplicaShards, local_shard, shards_of
+from sok_lite._compat import check_numerics_enabled
+from sok_lite.comm.shards import ReplicaShards, local_shard
 from sok_lite.dynamic import DynamicVariable
 from sok_lite.ops import dynamic_ops
 from sok_lite.ops.optimizer_ops import sparse_apply
@@ -42,6 +43,10 @@ def _is_table(var) -> bool:
 split_embedding_variable_from_others = filter_variables
 
 
+def _is_variable(value) -> bool:
+    return _is_table(value) or isinstance(value, (tf.Variable, keras.Variable))
+
+
 def _as_rows(grad, var) -> tf.IndexedSlices:
     """The gradient as IndexedSlices over local rows, checked against the table."""
     name = var.name.split(":")[0]
@@ -56,6 +61,11 @@ def _as_rows(grad, var) -> tf.IndexedSlices:
         )
     if values.shape.rank != 2 or not values.shape[1:].is_compatible_with(var.shape[1:]):
         raise ValueError(f"gradient of '{name}' has shape {values.shape}, the table {var.shape}")
+    if check_numerics_enabled():
+        # tf.debugging.enable_check_numerics() checks op outputs; the row-wise kernels update
+        # in place and output nothing, so what they are about to apply is checked here.
+        op = "SokLiteDynamicApply" if isinstance(var, DynamicVariable) else "SokLiteSparseApply"
+        values = tf.debugging.check_numerics(values, f"gradient of '{name}' given to {op}")
     if isinstance(var, DynamicVariable):
         return tf.IndexedSlices(values, indices)  # indices are keys: no dense shape
     # The static shape: tf.shape(var) would read (and in copy-on-read mode copy) the whole table.
@@ -155,8 +165,9 @@ def apply_gradients(optimizer, grads_and_vars, keras_apply, is_ours):
         step = tf.cast(optimizer.iterations, tf.int64) + 1
         if isinstance(v, DynamicVariable):  # slots live in the hash table beside each row
             slot_init = [fill for _, fill in rule.slots]
+            label = f"dynamic table '{name}'"
             dynamic_ops.apply(
-                v.handle, g.indices, g.values, hyper, rule.kind, slot_init, name, step
+                v.handle, g.indices, g.values, hyper, rule.kind, slot_init, label, step
             )
             continue
         slots = get_slots(optimizer, v, rule.slots)
@@ -187,10 +198,6 @@ _saved_methods: list = []
 _scopes_lock = threading.Lock()
 
 
-def _is_ours_in_active_scopes(var) -> bool:
-    return any(scope._is_ours(var) for scope in list(_active_scopes))
-
-
 def _patch_keras() -> None:
     for cls in _optimizer_classes():
         original = cls.apply_gradients
@@ -200,7 +207,7 @@ def _patch_keras() -> None:
                 opt,
                 grads_and_vars,
                 lambda o, gv: _original(o, gv, *args, **kwargs),
-                _is_ours_in_active_scopes,
+                _is_table,
             )
 
         _saved_methods.append((cls, original))
@@ -216,11 +223,17 @@ def _restore_keras() -> None:
 class OptimizerScope:
     """Inside `with OptimizerScope(tables):`, Keras optimizers update sok_lite tables row-wise.
 
-    Every apply_gradients call of a Keras optimizer in the block sends the pairs whose variable
-    is one of `var_list` (or any sok_lite table) to the fused row-wise kernels, with the
-    optimizer's learning rate (schedules included), its other hyper-parameters and its clipping
-    and weight decay; other pairs go to Keras as usual. Leaving the last open block restores
-    Keras.
+    Every apply_gradients call of a Keras optimizer in the block sends the pairs of sok_lite
+    tables to the fused row-wise kernels, with the optimizer's learning rate (schedules
+    included), its other hyper-parameters and its clipping and weight decay; other pairs go to
+    Keras as usual. Leaving the last open block restores Keras.
+
+    Args:
+      var_list: the tables (or one table), or every variable of a model
+        (model.trainable_variables): tf and Keras variables that are not tables go to Keras.
+
+    Raises:
+      TypeError: an entry of var_list is not a variable.
 
     >>> import keras, numpy as np, tensorflow as tf, sok_lite as sok
     >>> table = sok.Variable(np.ones([3, 2]), dtype=tf.float32)
@@ -233,11 +246,16 @@ class OptimizerScope:
     """
 
     def __init__(self, var_list):
-        self._refs = {s.ref() for v in var_list for s in shards_of(v)}
-
-    def _is_ours(self, var) -> bool:
-        # Keras 3 variables have no ref(); they are never tables.
-        return _is_table(var) or (isinstance(var, tf.Variable) and var.ref() in self._refs)
+        # Tables are recognised by type, so var_list is only checked: a value that is no
+        # variable is a mistake better reported here than ignored.
+        if _is_variable(var_list):
+            var_list = [var_list]
+        for v in var_list:
+            if not _is_variable(v):
+                raise TypeError(
+                    f"OptimizerScope takes variables (sok_lite tables, tf.Variable, "
+                    f"keras.Variable), got {type(v).__name__}"
+                )
 
     def __enter__(self):
         with _scopes_lock:
