@@ -14,6 +14,20 @@ from sok_lite.optimizer import (
 )
 from sok_lite.serving import export_saved_model
 from sok_lite.slots import opt_slots
+from sok_lite.sok2 import (
+    SGD,
+    DistributedVariable,
+    LocalizedVariable,
+    all2all_dense_embedding,
+    assign,
+    communication,
+    export,
+    incremental_model_dump,
+    raw_ops,
+    set_comm_tool,
+    sparse_read_and_evict,
+    tf_version,
+)
 from sok_lite.variable import Variable
 
 __version__ = "0.1.0"
@@ -39,5 +53,17 @@ __all__ = [
     "Init",
     "All2AllDenseEmbedding",
     "DistributedEmbedding",
+    "tf_version",
+    "raw_ops",
+    "communication",
+    "set_comm_tool",
+    "DistributedVariable",
+    "LocalizedVariable",
+    "assign",
+    "export",
+    "incremental_model_dump",
+    "sparse_read_and_evict",
+    "all2all_dense_embedding",
+    "SGD",
     "__version__",
 ]

@@ -19,6 +19,11 @@ class Communicator(abc.ABC):
         """The number of ranks in the job."""
 
     @property
+    def local_rank(self) -> int:
+        """This rank's index among the ranks of its machine (its device there)."""
+        return 0
+
+    @property
     def shards_per_table(self) -> int:
         """How many shards of each new table this process creates: one per rank it runs.
 

@@ -32,6 +32,10 @@ class HorovodCommunicator(Communicator):
     def num_ranks(self) -> int:
         return self._hvd.size()
 
+    @property
+    def local_rank(self) -> int:
+        return self._hvd.local_rank()
+
     def alltoall(self, tensor, splits):
         # Horovod takes and returns int32 split sizes; its gradient is the reverse all-to-all.
         out, received = self._hvd.alltoall(tensor, splits=tf.cast(splits, tf.int32))

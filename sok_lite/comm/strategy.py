@@ -85,6 +85,11 @@ class StrategyCommunicator(Communicator):
         return self._num_ranks
 
     @property
+    def local_rank(self) -> int:
+        """The running replica's index among this process's replicas (its device)."""
+        return self._local_ranks.index(self.rank)
+
+    @property
     def shards_per_table(self) -> int:
         # Also inside strategy.run: a layer built there by the first replica builds the
         # shards of every replica of this process.
