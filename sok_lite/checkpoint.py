@@ -12,14 +12,21 @@ import os
 import pathlib
 import shutil
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite.dynamic import DynamicVariable
 from sok_lite.ops import dynamic_ops
-from sok_lite.optimizer_rules import rule_for
-from sok_lite.slots import get_slots, updated_since
+from sok_lite.optimizer_rules import rule_for, unwrap
+from sok_lite.slots import (
+    get_slots,
+    keras_slots,
+    knows_table,
+    stepped_row_wise,
+    updated_since,
+)
 from sok_lite.variable import Variable
 
 FORMAT = "sok_lite.checkpoint"
@@ -70,13 +77,39 @@ def _table_meta(var, optimizer) -> dict:
     return meta
 
 
+def _state_slots(optimizer, var) -> list:
+    """The variables that hold the optimizer state of static table `var`, in rule order.
+
+    sok_lite's slots once the row-wise kernels have stepped the table. Otherwise, if Keras was
+    built with the table, Keras' own slots: a table applied by Keras itself (outside
+    OptimizerScope) has its state there, and sok_lite's slots would only hold their fills.
+    """
+    rule = rule_for(optimizer)
+    if not stepped_row_wise(optimizer, var):
+        held = keras_slots(optimizer, var, rule)
+        if held is not None:
+            return [s.value if isinstance(s, keras.Variable) else s for s in held]
+    return get_slots(optimizer, var, rule.slots)
+
+
 def _static_chunks(var, optimizer, communicator, since_step=None):
     """(global row ids, rows [n, dim * (1 + slots)]) of this rank's shard, chunk by chunk;
     with since_step, only the rows an optimizer step after it changed."""
-    slots = get_slots(optimizer, var, rule_for(optimizer).slots) if optimizer else []
+    slots = _state_slots(optimizer, var) if optimizer else []
     if since_step is None:
         selected = tf.range(int(var.shape[0]), dtype=tf.int64)
     else:
+        if (
+            not stepped_row_wise(optimizer, var)
+            and knows_table(optimizer, var)
+            and int(optimizer.iterations.numpy()) > since_step
+        ):
+            # Keras applied this table itself: which rows changed is not recorded.
+            raise ValueError(
+                f"table '{_name(var)}' was updated by Keras outside sok_lite.OptimizerScope: "
+                "its changed rows are unknown; save it with a full dump (no since_step), or "
+                "apply it under OptimizerScope"
+            )
         selected = updated_since(optimizer, var, since_step)
     rank, n = communicator.rank, communicator.num_ranks
     placement = var.placement if isinstance(var, Variable) else None
@@ -117,15 +150,19 @@ def dump(path, variables, optimizer=None, since_step: int | None = None) -> None
     Args:
       path: the checkpoint directory (created; replaced if it exists).
       variables: sok_lite.Variable / DynamicVariable tables.
-      optimizer: the Keras optimizer whose slots (OptimizerScope) and iterations to save.
+      optimizer: the Keras optimizer (or a sok_lite wrapper of one) whose slots and iterations
+        to save: the row-wise slots of tables it stepped under OptimizerScope, else the slots
+        Keras keeps for a table it applied itself.
       since_step: an incremental dump: only rows that optimizer steps after `since_step`
         changed (needs the optimizer). `load([base, increment, ...])` applies a chain.
 
     Raises:
-      ValueError: since_step without an optimizer.
+      ValueError: since_step without an optimizer, or for a table Keras applied itself (its
+        changed rows are not recorded).
     """
     if since_step is not None and optimizer is None:
         raise ValueError("an incremental dump (since_step) needs the optimizer")
+    optimizer = unwrap(optimizer)  # sok_lite's wrappers keep their state in the wrapped one
     communicator = comm.current()
     rank = communicator.rank
     final = pathlib.Path(path)
@@ -286,7 +323,8 @@ def load(path, variables, optimizer=None) -> None:
       path: a checkpoint directory, or a list: a full dump followed by incremental dumps
         (`dump(..., since_step=k)`) applied in order.
       variables: the tables, in the order they were dumped.
-      optimizer: the Keras optimizer to restore slots and iterations into.
+      optimizer: the Keras optimizer (or a sok_lite wrapper of one) to restore slots and
+        iterations into (also into Keras' own slots of a table it was built with).
 
     Raises:
       CheckpointError (a ValueError): naming the file and the problem.
@@ -304,6 +342,7 @@ def load(path, variables, optimizer=None) -> None:
     ...
     sok_lite.checkpoint.CheckpointError: ...
     """
+    optimizer = unwrap(optimizer)  # sok_lite's wrappers keep their state in the wrapped one
     communicator = comm.current()
     paths = [pathlib.Path(p) for p in (path if isinstance(path, (list, tuple)) else [path])]
     manifests = [_read_manifest(p) for p in paths]
@@ -357,9 +396,16 @@ def load(path, variables, optimizer=None) -> None:
         if meta["kind"] == "static":
             var.assign(rows[:, :dim])
             if optimizer is not None:
-                slot_vars = get_slots(optimizer, var, rule_for(optimizer).slots)
-                for i, slot in enumerate(slot_vars):
-                    slot.assign(rows[:, dim * (i + 1) : dim * (i + 2)])
+                rule = rule_for(optimizer)
+                slot_vars = get_slots(optimizer, var, rule.slots)
+                # Keras' own slots too, where Keras was built with the table: training that
+                # goes on outside OptimizerScope reads those.
+                held = keras_slots(optimizer, var, rule) or [None] * len(slot_vars)
+                for i, (slot, keras_slot) in enumerate(zip(slot_vars, held)):
+                    value = rows[:, dim * (i + 1) : dim * (i + 2)]
+                    slot.assign(value)
+                    if keras_slot is not None:
+                        keras_slot.assign(value)
             continue
         dynamic_ops.clear(var.handle)
         # With slots, assign lays them out in the table first (see SokLiteDynamicAssign).

@@ -210,13 +210,31 @@ def _patch_keras() -> None:
                 _is_table,
             )
 
-        _saved_methods.append((cls, original))
+        _saved_methods.append((cls, "apply_gradients", original))
         cls.apply_gradients = routed
+    # Keras 3's other entry point, apply(grads, variables), must route tables too: else Keras
+    # updates them itself, with slots of its own (and fails on an empty [0, dim] shard).
+    original_apply = keras.optimizers.Optimizer.apply
+
+    def routed_apply(opt, grads, trainable_variables=None, _original=original_apply):
+        if trainable_variables is None:
+            if not opt.built:
+                return _original(opt, grads)  # Keras' own error
+            trainable_variables = opt._trainable_variables  # the list it was built with
+        return apply_gradients(
+            opt,
+            zip(grads, trainable_variables),
+            lambda o, gv: _original(o, [g for g, _ in gv], [v for _, v in gv]),
+            _is_table,
+        )
+
+    _saved_methods.append((keras.optimizers.Optimizer, "apply", original_apply))
+    keras.optimizers.Optimizer.apply = routed_apply
 
 
 def _restore_keras() -> None:
-    for cls, original in reversed(_saved_methods):
-        cls.apply_gradients = original
+    for cls, name, original in reversed(_saved_methods):
+        setattr(cls, name, original)
     _saved_methods.clear()
 
 

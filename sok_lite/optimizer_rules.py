@@ -13,6 +13,9 @@ class Rule:
     kind: str  # the kernel (kernels/core/optimizers.h)
     slots: tuple[tuple[str, float], ...]  # (slot name, initial value), in kernel order
     params: Callable[[object], list]  # optimizer -> the kernel parameters after lr and decay
+    # The Keras optimizer's own per-variable slot lists holding the same state, slot for slot:
+    # what Keras updates when it applies a table itself (outside OptimizerScope).
+    keras_slots: tuple[str, ...] = ()
 
 
 def _f(x) -> tf.Tensor:
@@ -29,6 +32,7 @@ def _adam(opt) -> Rule:
         "amsgrad" if opt.amsgrad else "adam",
         slots,
         lambda o: [_f(o.beta_1), _f(o.beta_2), _f(o.epsilon), _step(o)],
+        ("_momentums", "_velocities", "_velocity_hats")[: len(slots)],
     )
 
 
@@ -36,7 +40,10 @@ def _sgd(opt) -> Rule:
     if not opt.momentum:
         return Rule("sgd", (), lambda o: [])
     return Rule(
-        "nesterov" if opt.nesterov else "momentum", (("m", 0.0),), lambda o: [_f(o.momentum)]
+        "nesterov" if opt.nesterov else "momentum",
+        (("m", 0.0),),
+        lambda o: [_f(o.momentum)],
+        ("momentums",),
     )
 
 
@@ -45,19 +52,24 @@ def _adagrad(opt) -> Rule:
         "adagrad",
         (("accumulator", float(opt.initial_accumulator_value)),),
         lambda o: [_f(o.epsilon)],
+        ("_accumulators",),
     )
 
 
 def _rmsprop(opt) -> Rule:
     slots = (("velocity", 0.0),)
+    keras_slots = ("_velocities",)
     if opt.momentum > 0:
         slots += (("momentum", 0.0),)
+        keras_slots += ("_momentums",)
     if opt.centered:
         slots += (("average_gradient", 0.0),)
+        keras_slots += ("_average_gradients",)
     return Rule(
         "rmsprop",
         slots,
         lambda o: [_f(o.rho), _f(o.momentum), _f(o.epsilon), _f(1.0 if o.centered else 0.0)],
+        keras_slots,
     )
 
 
@@ -72,6 +84,7 @@ def _ftrl(opt) -> Rule:
             _f(o.beta),
             _f(o.l2_shrinkage_regularization_strength),
         ],
+        ("_accumulators", "_linears"),
     )
 
 
@@ -97,6 +110,26 @@ def _legacy_rules():
         (tf_keras.optimizers.SGD, _sgd),
         (tf_keras.optimizers.Adagrad, _adagrad),
     ]
+
+
+def unwrap(optimizer):
+    """The Keras optimizer inside sok_lite's own wrappers (sok_lite.OptimizerWrapper,
+    sok_lite.keras.OptimizerWrapper, sok_lite.optimizers.*), or `optimizer` itself.
+
+    Slots, update records and rules belong to the wrapped optimizer: the functions that take
+    a user's optimizer (dump, load, opt_slots) look them up through this.
+    """
+    # Imported here: both wrapper modules import this one.
+    from sok_lite.keras.optimizer import OptimizerWrapper as KerasOptimizerWrapper
+    from sok_lite.optimizer import OptimizerWrapper
+
+    while True:
+        if isinstance(optimizer, KerasOptimizerWrapper):
+            optimizer = optimizer.inner_optimizer
+        elif isinstance(optimizer, OptimizerWrapper):
+            optimizer = optimizer.optimizer
+        else:
+            return optimizer
 
 
 def rule_for(optimizer) -> Rule:

@@ -5,6 +5,7 @@ import weakref
 import tensorflow as tf
 
 from sok_lite._compat import ResourceVariable
+from sok_lite.optimizer_rules import unwrap
 from sok_lite.variable import Variable
 
 # optimizer -> {table ref -> {slot name -> slot variable}}
@@ -59,13 +60,14 @@ def get_slots(optimizer, var, specs) -> list:
 
 
 def opt_slots(optimizer, var) -> dict[str, ResourceVariable]:
-    """The slots `optimizer` keeps for sok_lite table `var`, by name (empty before first use).
+    """The slots `optimizer` (or a sok_lite wrapper of it) keeps for sok_lite table `var`, by
+    name (empty before first use).
 
     >>> import keras, numpy as np, sok_lite as sok
     >>> sok.opt_slots(keras.optimizers.Adam(), sok.Variable(np.zeros([2, 2])))
     {}
     """
-    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # sok_lite.keras wrapper
+    optimizer = unwrap(optimizer)
     return dict(_SLOTS.get(optimizer, {}).get(var.ref(), {}))
 
 
@@ -84,8 +86,36 @@ def record_update(optimizer, var, rows, step) -> None:
 
 def updated_since(optimizer, var, since_step: int):
     """Local rows of static table `var` that an optimizer step after `since_step` changed."""
-    optimizer = getattr(optimizer, "inner_optimizer", optimizer)
+    optimizer = unwrap(optimizer)
     tracker = _UPDATED.get(optimizer, {}).get(var.ref())
     if tracker is None:
         return tf.zeros([0], tf.int64)
     return tf.cast(tf.where(tracker > since_step)[:, 0], tf.int64)
+
+
+def stepped_row_wise(optimizer, var) -> bool:
+    """Whether the row-wise kernels have updated static table `var` under `optimizer`."""
+    return var.ref() in _UPDATED.get(unwrap(optimizer), {})
+
+
+def keras_slots(optimizer, var, rule) -> list | None:
+    """The slot variables Keras itself keeps for `var` (those it updates when it applies the
+    table outside OptimizerScope), in the order of rule.slots; None if it keeps none."""
+    optimizer = unwrap(optimizer)
+    if not rule.keras_slots or not getattr(optimizer, "built", False):
+        return None
+    try:
+        index = optimizer._get_variable_index(var)
+        return [getattr(optimizer, name)[index] for name in rule.keras_slots]
+    except (AttributeError, KeyError, IndexError, TypeError):  # not built with this table
+        return None
+
+
+def knows_table(optimizer, var) -> bool:
+    """Whether Keras' own optimizer was built with `var` (and so may have applied it)."""
+    optimizer = unwrap(optimizer)
+    try:
+        optimizer._get_variable_index(var)
+        return True
+    except (AttributeError, KeyError, TypeError):
+        return False
