@@ -295,12 +295,12 @@ def _owned_rows(final, manifest, t, var, width_out, communicator):
                 k = min(CHUNK_ROWS, count - start)
                 ids = np.frombuffer(fi.read(8 * k), "<i8")
                 rows = np.frombuffer(fr.read(dtype.itemsize * k * width), dtype).reshape(k, width)
-                if isinstance(var, DynamicVariable):
-                    mine = hash_owner(ids, n) == rank
-                elif var.placement.kind == "distributed":
-                    mine = ids % n == rank
-                else:
+                if var.placement.kind == "localized":  # static or hash table: all on rank K
                     mine = np.full(len(ids), var.placement.rank == rank)
+                elif isinstance(var, DynamicVariable):
+                    mine = hash_owner(ids, n) == rank
+                else:
+                    mine = ids % n == rank
                 keep_ids.append(ids[mine])
                 keep_rows.append(rows[mine, :width_out])
     ids = np.concatenate(keep_ids) if keep_ids else np.zeros([0], np.int64)

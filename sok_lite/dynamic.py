@@ -3,16 +3,98 @@
 import contextlib
 import itertools
 import math
+import numbers
 
+import numpy as np
 import tensorflow as tf
 
 from sok_lite import comm
-from sok_lite._compat import BaseResourceVariable
+from sok_lite._compat import BaseResourceVariable, variable_accessed
 from sok_lite.comm.shards import create_shards
 from sok_lite.initializers import RowInitializer, row_initializer
 from sok_lite.ops import dynamic_ops
+from sok_lite.placement import Placement
 
 _table_ids = itertools.count()
+
+# SOK's table backends ("hbm": its GPU hash table, "hybrid": HierarchicalKV); both are this
+# hash table.
+VAR_TYPES = ("hbm", "hybrid")
+# SOK's HierarchicalKV tuning settings: accepted and recorded in config_dict, with no effect.
+_HKV_HINTS = frozenset(
+    {
+        "max_hbm_for_vectors",
+        "max_bucket_size",
+        "max_load_factor",
+        "block_size",
+        "io_block_size",
+        "device_id",
+        "io_by_cpu",
+    }
+)
+_HKV_EVICT = {"kLru": "lru", "kLfu": "lfu"}
+
+
+def _initializer_spec(initializer):
+    """The per-key initializer when it can be computed, else the argument unchanged."""
+    if initializer is None:
+        initializer = "random_normal"
+    if isinstance(initializer, RowInitializer):
+        return initializer
+    return row_initializer(initializer) or initializer
+
+
+def _positive_int(value, what: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{what} must be a positive int, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{what} must be a positive int, got {value}")
+    return int(value)
+
+
+class TableSize:
+    """The number of rows of a DynamicVariable, readable the sok_lite way and the SOK way.
+
+    `table.size()` is the int64 scalar row count over all ranks. As in SOK, `table.size` itself
+    also stands for the int64 shape [rows, dimension]: `table.size[0]` is the row count,
+    `tf.convert_to_tensor(table.size)` and `table.size.numpy()` the pair, `int(table.size)` the
+    row count. The count is taken when `size` is read.
+    """
+
+    def __init__(self, rows: tf.Tensor, dimension: int):
+        self._rows = rows
+        self._dimension = dimension
+
+    def __call__(self) -> tf.Tensor:
+        return self._rows
+
+    def shape(self) -> tf.Tensor:
+        """The int64 [rows, dimension]."""
+        return tf.stack([self._rows, tf.constant(self._dimension, tf.int64)])
+
+    def __getitem__(self, index):
+        return self.shape()[index]
+
+    def __int__(self) -> int:
+        return int(self._rows)
+
+    def numpy(self) -> np.ndarray:
+        return self.shape().numpy()
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.numpy(), dtype=dtype)
+
+    def __repr__(self):
+        try:
+            rows = int(self._rows)
+        except TypeError:  # symbolic, inside a tf.function
+            rows = "?"
+        return f"<sok_lite.DynamicVariable size: rows={rows} dimension={self._dimension}>"
+
+
+tf.register_tensor_conversion_function(
+    TableSize, lambda value, dtype=None, name=None, as_ref=False: value.shape()
+)
 
 
 class DynamicVariable(BaseResourceVariable):
@@ -20,86 +102,139 @@ class DynamicVariable(BaseResourceVariable):
 
     Memory follows the keys actually seen, not the key space: a row is created the first time
     its key is looked up, with a value that depends only on (key, seed, initializer), so the same
-    key gets the same initial row on any number of ranks and in any arrival order. Key k lives on
-    the rank its hash selects. Optimizer slots live in the table beside each row.
+    key gets the same initial row on any number of ranks and in any arrival order. With mode
+    "distributed", key k lives on the rank its hash selects; with "localized:K", every key lives
+    on rank K. Optimizer slots live in the table beside each row.
+
+    Rows are read with sok_lite.lookup_sparse, or with tf.nn.embedding_lookup(table, ids) and
+    tf.gather(table, ids) (ids of any shape; the result is [*ids.shape, dimension]); both find or
+    create the rows, and their gradient is a tf.IndexedSlices over the keys, which
+    sok_lite.OptimizerWrapper and sok_lite.OptimizerScope apply row by row. A hash table has no
+    dense value: value(), read_value() and converting the table to a tensor raise ValueError;
+    tf.Variable's dense and scatter updates (assign_add, scatter_sub, ...) and gather_nd raise
+    NotImplementedError.
+
+    The positional order of the first nine arguments is SOK's, and SOK's keywords are accepted:
+    code written for SOK's DynamicVariable runs unchanged.
 
     Args:
       dimension: the row width (> 0).
-      initializer: a Keras initializer kind (name or object: RandomNormal, TruncatedNormal,
-        RandomUniform, Zeros, Ones, Constant) or a number.
-      key_dtype: tf.int64 (default) or tf.int32; every value of the type is a valid key.
-      dtype: tf.float32.
+      initializer: a Keras initializer (name or object: RandomNormal, TruncatedNormal,
+        RandomUniform, Zeros, Ones, Constant), a number (Python or NumPy scalar), or one of
+        SOK's strings: a number such as "13" (a constant) or "random" (uniform in
+        [-0.05, 0.05], as SOK's default "hbm" table). Default (None): "random_normal" (mean 0,
+        stddev 0.05).
+      var_type: SOK's backend, "hbm" (default) or "hybrid"; both are this hash table.
+      name: the table name.
+      constraint: must be None (a constraint cannot be applied to rows created on lookup).
+      trainable: whether optimizers update it.
+      key_type: SOK's name for key_dtype.
+      dtype: tf.float32 (default).
+      mode: "distributed" (default: each key on the rank its hash selects) or "localized:K"
+        (every key on rank K).
+      key_dtype: tf.int64 (default) or tf.int32 (or their names); every value of the type is a
+        valid key.
       capacity: rows the table may hold over all ranks (None: unbounded). When full, a lookup
         first evicts the least recently used rows (or least frequently used with
-        evict_policy="lfu") that the current lookup does not need.
-      name: the table name.
-      trainable: whether optimizers update it.
-      evict_policy: "lru" or "lfu", used with capacity.
+        evict_policy="lfu") that the current lookup does not need. A bounded table lives in
+        host memory.
+      evict_policy: "lru" (default) or "lfu", used with capacity.
       min_count: a key gets a stored, trainable row from its min_count-th lookup on; before
         that it reads the initializer's value and receives no update.
+      init_capacity: SOK's initial size of each rank's table; a sizing hint only (this table
+        grows as needed).
+      max_capacity: SOK's bound on the rows of each rank's table: capacity becomes
+        max_capacity times the number of ranks holding rows (1 for "localized:K").
+      **config: SOK's HierarchicalKV settings: evict_strategy ("kLru" or "kLfu", as
+        evict_policy), filter_ratio (only 1.0; see min_count for admission), and
+        max_hbm_for_vectors, max_bucket_size, max_load_factor, block_size, io_block_size,
+        device_id and io_by_cpu, which are recorded in config_dict and have no effect.
 
     Raises:
       ValueError: a non-positive dimension, an unsupported key or value dtype, an initializer
-        that cannot be computed per key, or bad policy settings.
+        that cannot be computed per key, an unknown var_type or mode (or a rank not in the
+        job), a constraint, conflicting key_type / key_dtype or capacity / max_capacity, or
+        bad policy settings.
+      TypeError: a keyword that neither sok_lite nor SOK defines.
 
     >>> import tensorflow as tf, sok_lite as sok
     >>> table = sok.DynamicVariable(4, initializer="ones")
     >>> out = sok.lookup_sparse(table, tf.ragged.constant([[2**40, -7]], dtype=tf.int64))
     >>> out.numpy().tolist(), int(table.size())
     ([[2.0, 2.0, 2.0, 2.0]], 2)
+    >>> sok_style = sok.DynamicVariable(dimension=3, initializer="13", var_type="hbm")
+    >>> tf.nn.embedding_lookup(sok_style, [0, 2**40]).numpy().tolist()
+    [[13.0, 13.0, 13.0], [13.0, 13.0, 13.0]]
+    >>> sok_style.size.numpy().tolist()
+    [2, 3]
 
     Under a strategy whose process runs several replicas (MirroredStrategy), the constructor
     returns a sok_lite.comm.shards.ReplicaShards with one table per replica.
     """
 
-    def __new__(cls, dimension, *, initializer="random_normal", **kwargs):
+    def __new__(cls, *args, **kwargs):
         communicator = comm.current()
         if communicator.shards_per_table == 1:
             return super().__new__(cls)
         # The default seed is taken once for the table: every shard initializes keys alike.
-        if not isinstance(initializer, RowInitializer):
-            initializer = row_initializer(initializer) or initializer
-        return create_shards(
-            lambda: cls(dimension, initializer=initializer, **kwargs), communicator
-        )
+        args = list(args)
+        if len(args) > 1:
+            args[1] = _initializer_spec(args[1])
+        else:
+            kwargs["initializer"] = _initializer_spec(kwargs.get("initializer"))
+        return create_shards(lambda: cls(*args, **kwargs), communicator)
 
     def __init__(
         self,
         dimension: int,
-        *,
-        initializer="random_normal",
-        key_dtype=tf.int64,
-        dtype=tf.float32,
-        capacity: int | None = None,
+        initializer=None,
+        var_type: str | None = None,
         name: str | None = None,
+        constraint=None,
         trainable: bool = True,
-        evict_policy: str = "lru",
+        key_type=None,
+        dtype=None,
+        mode: str | None = None,
+        *,
+        key_dtype=None,
+        capacity: int | None = None,
+        evict_policy: str | None = None,
         min_count: int = 1,
+        init_capacity: int | None = None,
+        max_capacity: int | None = None,
+        **config,
     ):
-        if not isinstance(dimension, int) or dimension <= 0:
-            raise ValueError(f"DynamicVariable dimension must be a positive int, got {dimension}")
-        key_dtype, dtype = tf.as_dtype(key_dtype), tf.as_dtype(dtype)
-        if key_dtype not in (tf.int32, tf.int64):
-            raise ValueError(f"key_dtype must be int32 or int64, got {key_dtype.name}")
+        dimension = _positive_int(dimension, "DynamicVariable dimension")
+        var_type = "hbm" if var_type is None else var_type
+        if var_type not in VAR_TYPES:
+            raise ValueError(f"var_type must be one of {VAR_TYPES}, got {var_type!r}")
+        if constraint is not None:
+            raise ValueError("DynamicVariable does not support a constraint")
+        key_dtype = self._key_dtype_of(key_type, key_dtype)
+        dtype = tf.as_dtype(tf.float32 if dtype is None else dtype)
         if dtype != tf.float32:
             raise ValueError(f"DynamicVariable holds float32 rows, got {dtype.name}")
+        placement = Placement.parse("distributed" if mode is None else mode)
+        num_ranks = comm.current().num_ranks
+        if placement.kind == "localized" and placement.rank >= num_ranks:
+            raise ValueError(f"mode {mode!r} names rank {placement.rank} of {num_ranks}")
+        evict_policy = self._sok_config(config, evict_policy)
         if evict_policy not in ("lru", "lfu"):
             raise ValueError(f"evict_policy must be 'lru' or 'lfu', got {evict_policy!r}")
-        if capacity is not None and capacity <= 0:
-            raise ValueError(f"capacity must be positive, got {capacity}")
+        if init_capacity is not None:
+            init_capacity = _positive_int(init_capacity, "init_capacity")
+        holders = num_ranks if placement.kind == "distributed" else 1
+        capacity, per_rank = self._capacity_of(capacity, max_capacity, holders)
         if min_count < 1:
             raise ValueError(f"min_count must be >= 1, got {min_count}")
-        init = (
-            initializer if isinstance(initializer, RowInitializer) else row_initializer(initializer)
-        )
-        if init is None:
+        init = _initializer_spec(initializer)
+        if not isinstance(init, RowInitializer):
             raise ValueError(
                 f"initializer {initializer!r} cannot be computed per key; use a Keras "
-                "RandomNormal, TruncatedNormal, RandomUniform, Zeros, Ones or Constant"
+                "RandomNormal, TruncatedNormal, RandomUniform, Zeros, Ones or Constant, a "
+                'number, or "random"'
             )
         name = name or "DynamicVariable"
-        num_ranks = comm.current().num_ranks
-        per_rank = 0 if capacity is None else math.ceil(capacity / num_ranks)
         shared_name = f"sok_lite_dynamic_{name}_{next(_table_ids)}"
         # The GPU table has no capacity eviction or admission: such a table stays on the CPU.
         cpu_only = per_rank > 0 or min_count > 1
@@ -120,7 +255,71 @@ class DynamicVariable(BaseResourceVariable):
         self._dimension = dimension
         self._key_dtype = key_dtype
         self._capacity = capacity
+        self._init_capacity = init_capacity
         self._init = init
+        self._placement = placement
+        self._var_type = var_type
+        self._config = dict(config)
+        if init_capacity is not None:
+            self._config["init_capacity"] = init_capacity
+        if max_capacity is not None:
+            self._config["max_capacity"] = max_capacity
+
+    @staticmethod
+    def _key_dtype_of(key_type, key_dtype) -> tf.DType:
+        if key_type is not None and key_dtype is not None:
+            if tf.as_dtype(key_type) != tf.as_dtype(key_dtype):
+                raise ValueError(
+                    f"key_type {tf.as_dtype(key_type).name} and key_dtype "
+                    f"{tf.as_dtype(key_dtype).name} disagree; pass one of them"
+                )
+        chosen = key_dtype if key_dtype is not None else key_type
+        chosen = tf.as_dtype(tf.int64 if chosen is None else chosen)
+        if chosen not in (tf.int32, tf.int64):
+            raise ValueError(f"key_dtype must be int32 or int64, got {chosen.name}")
+        return chosen
+
+    @staticmethod
+    def _sok_config(config: dict, evict_policy: str | None) -> str:
+        """Checks SOK's HierarchicalKV settings; returns the eviction policy."""
+        unknown = sorted(set(config) - _HKV_HINTS - {"evict_strategy", "filter_ratio"})
+        if unknown:
+            raise TypeError(f"DynamicVariable got unexpected keyword arguments {unknown}")
+        ratio = config.get("filter_ratio", 1.0)
+        if ratio != 1.0:
+            raise ValueError(
+                f"filter_ratio={ratio} is not supported: give min_count=k to store a key from "
+                "its k-th lookup on"
+            )
+        strategy = config.get("evict_strategy")
+        if strategy is None:
+            return "lru" if evict_policy is None else evict_policy
+        if strategy not in _HKV_EVICT:
+            raise ValueError(
+                f"evict_strategy must be one of {sorted(_HKV_EVICT)}, got {strategy!r}"
+            )
+        if evict_policy is not None and evict_policy != _HKV_EVICT[strategy]:
+            raise ValueError(
+                f"evict_strategy {strategy!r} and evict_policy {evict_policy!r} disagree"
+            )
+        return _HKV_EVICT[strategy]
+
+    @staticmethod
+    def _capacity_of(capacity, max_capacity, holders: int) -> tuple:
+        """(rows over all ranks or None, rows per rank or 0 for unbounded)."""
+        if capacity is not None:
+            capacity = _positive_int(capacity, "capacity")
+        if max_capacity is not None:
+            per_rank = _positive_int(max_capacity, "max_capacity")
+            if capacity is not None and capacity != per_rank * holders:
+                raise ValueError(
+                    f"capacity {capacity} and max_capacity {per_rank} per rank disagree; "
+                    "pass one of them"
+                )
+            return per_rank * holders, per_rank
+        if capacity is None:
+            return None, 0
+        return capacity, math.ceil(capacity / holders)
 
     @property
     def dimension(self) -> int:
@@ -133,18 +332,118 @@ class DynamicVariable(BaseResourceVariable):
         return self._key_dtype
 
     @property
+    def key_type(self) -> tf.DType:
+        """SOK's name for key_dtype."""
+        return self._key_dtype
+
+    @property
+    def handle_dtype(self) -> tf.DType:
+        """SOK's name for the value dtype (tf.float32)."""
+        return self.dtype
+
+    @property
     def mode(self) -> str:
-        """Always "hash": a row lives on the rank its key's hash selects."""
-        return "hash"
+        """ "distributed" (each key on the rank its hash selects) or "localized:K"."""
+        return self._placement.mode
+
+    @property
+    def placement(self) -> Placement:
+        """Where the keys live (kind "distributed": by hash; "localized": on rank `rank`)."""
+        return self._placement
+
+    @property
+    def target_gpu(self) -> int:
+        """As in SOK: K for mode "localized:K", -1 for "distributed"."""
+        return self._placement.rank if self._placement.kind == "localized" else -1
+
+    @property
+    def num_gpus(self) -> int:
+        """As in SOK: the number of ranks of the job."""
+        return comm.current().num_ranks
+
+    @property
+    def backend_type(self) -> str:
+        """SOK's var_type given at construction ("hbm" or "hybrid"); both are this table."""
+        return self._var_type
+
+    @property
+    def config_dict(self) -> dict:
+        """SOK's table settings given at construction (init_capacity, max_capacity, ...)."""
+        return dict(self._config)
+
+    @property
+    def capacity(self) -> int | None:
+        """The rows the table may hold over all ranks; None when unbounded."""
+        return self._capacity
 
     @property
     def initializer_spec(self):
         """The per-key initializer (a sok_lite.initializers.RowInitializer)."""
         return self._init
 
-    def size(self) -> tf.Tensor:
-        """The number of stored rows over all ranks (int64 scalar)."""
-        return comm.current().allreduce_sum(dynamic_ops.size(self.handle))
+    @property
+    def size(self) -> TableSize:
+        """The number of stored rows over all ranks.
+
+        `table.size()` is the int64 scalar count; as in SOK, `table.size` also reads as the
+        int64 shape [rows, dimension] (`table.size[0]`, `tf.convert_to_tensor(table.size)`).
+        With several ranks every rank must read it (the count is summed over ranks).
+        """
+        rows = comm.current().allreduce_sum(dynamic_ops.size(self.handle))
+        return TableSize(rows, self._dimension)
+
+    def sparse_read(self, indices, name=None) -> tf.Tensor:
+        """The rows of the keys `indices` (any shape): [*indices.shape, dimension].
+
+        tf.gather(table, ids) and tf.nn.embedding_lookup(table, ids) call this. Missing rows are
+        created (as by lookup_sparse); the gradient is a tf.IndexedSlices over the keys. With
+        several ranks the keys are exchanged with their owners, so every rank must call it
+        (as lookup_sparse).
+
+        Args:
+          indices: int32 or int64 keys (int64 keys need a table keyed by int64).
+          name: the name scope of the ops.
+
+        Raises:
+          ValueError: keys that are not integers, or int64 keys for an int32 table.
+        """
+        keys = tf.convert_to_tensor(indices)
+        if keys.dtype not in (tf.int32, tf.int64):
+            raise ValueError(f"'{self._label}': keys must be int32 or int64, got {keys.dtype.name}")
+        if keys.dtype == tf.int64 and self._key_dtype == tf.int32:
+            raise ValueError(f"'{self._label}': keys must be int32 for this table, got int64")
+        with tf.name_scope(name or "sok_lite_sparse_read"):
+            flat = tf.reshape(keys, [-1])
+            if comm.current().num_ranks == 1:
+                variable_accessed(self)
+                rows = dynamic_ops.lookup(
+                    self.handle,
+                    tf.cast(flat, tf.int64),
+                    self._dimension,
+                    f"dynamic table '{self._label}'",
+                )
+            else:
+                from sok_lite.lookup import lookup_sparse  # lookup imports this module
+
+                # One key per sample: the owners' rows, each "combined" alone.
+                rows = lookup_sparse(self, tf.expand_dims(flat, 1), hotness=1)
+            out = tf.reshape(rows, tf.concat([tf.shape(keys), [self._dimension]], 0))
+            return tf.ensure_shape(out, keys.shape.concatenate([self._dimension]))
+
+    @property
+    def _label(self) -> str:
+        return self.name.split(":")[0]
+
+    def gather_nd(self, indices, name=None):
+        """Not supported: a hash table is read by key, with tf.gather or lookup_sparse.
+
+        Raises:
+          NotImplementedError: always.
+        """
+        raise NotImplementedError(
+            f"'{self._label}' is a DynamicVariable: read rows by key with tf.gather(table, "
+            "keys), tf.nn.embedding_lookup or sok_lite.lookup_sparse"
+        )
 
     def export(self, with_slots: bool = False, since_step: int | None = None):
         """(keys [n], values [n, dim]) stored on this rank; with_slots: rows [n, dim * (1 + k)],
@@ -195,7 +494,9 @@ class DynamicVariable(BaseResourceVariable):
     # A hash table has no dense value: reading it whole is a mistake, not a copy.
     def value(self):
         raise ValueError(
-            f"'{self.name}' is a DynamicVariable: read rows with lookup_sparse or export()"
+            f"'{self._label}' is a DynamicVariable, a hash table with no dense value: read rows "
+            "by key with tf.gather(table, keys), tf.nn.embedding_lookup or lookup_sparse, or "
+            "every stored row with export()"
         )
 
     read_value = value
@@ -204,4 +505,51 @@ class DynamicVariable(BaseResourceVariable):
         return self.value()
 
     def __repr__(self):
-        return f"<sok_lite.DynamicVariable '{self.name}' dimension={self._dimension}>"
+        return (
+            f"<sok_lite.DynamicVariable '{self._label}' dimension={self._dimension} "
+            f"mode={self.mode}>"
+        )
+
+
+class _Refused:
+    """A tf.Variable method that a hash table refuses with a clear message."""
+
+    def __set_name__(self, owner, name):
+        self._method = name
+
+    def __get__(self, table, owner=None):
+        method = self._method
+
+        def refuse(*args, **kwargs):
+            raise NotImplementedError(
+                f"'{table._label}' is a DynamicVariable: {method}() is not supported; store "
+                "rows with assign(keys, values) and train them through "
+                "sok_lite.OptimizerWrapper or sok_lite.OptimizerScope"
+            )
+
+        return refuse
+
+
+# Dense and scatter updates of tf.Variable would reach the hash table's handle as if it were a
+# dense variable; each is refused with a clear message instead.
+for _method in (
+    "assign_add",
+    "assign_sub",
+    "scatter_add",
+    "scatter_sub",
+    "scatter_update",
+    "scatter_max",
+    "scatter_min",
+    "scatter_mul",
+    "scatter_div",
+    "batch_scatter_update",
+    "scatter_nd_add",
+    "scatter_nd_sub",
+    "scatter_nd_update",
+    "scatter_nd_max",
+    "scatter_nd_min",
+):
+    _refused = _Refused()
+    _refused.__set_name__(DynamicVariable, _method)
+    setattr(DynamicVariable, _method, _refused)
+del _method, _refused

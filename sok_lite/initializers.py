@@ -3,13 +3,16 @@
 A table built from the same initializer and seed therefore holds the same global values on any
 number of ranks, and no rank ever materializes rows it does not own. Keras' RandomNormal,
 TruncatedNormal, RandomUniform, Zeros, Ones and Constant (or their names) are translated; the
-numbers differ from Keras' own streams but follow the same distributions.
+numbers differ from Keras' own streams but follow the same distributions. Numbers (Python or
+NumPy scalars) and SOK's initializer strings ("13", "random") are accepted too.
 """
 
 import dataclasses
 import itertools
+import numbers
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from sok_lite._loader import ops as _ops
@@ -46,11 +49,49 @@ def _seed(config: dict) -> int:
     return int(seed) if isinstance(seed, int) else next(_default_seeds)
 
 
+# SOK's "random": the default of its "hbm" tables, uniform in [-0.05, 0.05].
+SOK_RANDOM = ("random_uniform", -0.05, 0.05)
+
+
+def _is_number(value) -> bool:
+    """A Python or NumPy real number (np.int64, np.float32, ...), not a bool."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    return isinstance(value, (numbers.Real, np.integer, np.floating))
+
+
+def _from_string(name: str) -> RowInitializer | None:
+    """SOK's initializer strings: "random" and numbers ("13", "-0.5"); None for other names."""
+    if name == "random":
+        kind, a, b = SOK_RANDOM
+        return RowInitializer(kind, a, b, next(_default_seeds))
+    try:
+        return RowInitializer("constant", a=float(name))
+    except ValueError:
+        return None
+
+
 def row_initializer(initializer) -> RowInitializer | None:
-    """Translates a Keras initializer (object or name) or a number; None if it cannot be."""
-    if isinstance(initializer, (int, float)):
+    """Translates an initializer into per-row form; None if it cannot be.
+
+    Args:
+      initializer: a Keras initializer (object or name such as "random_normal" or "zeros"), a
+        number (Python or NumPy scalar: a constant), or one of SOK's strings: a number such as
+        "13" (a constant) or "random" (uniform in [-0.05, 0.05], SOK's default).
+
+    Returns:
+      The RowInitializer, or None for an initializer that cannot be computed per row (such as
+      an arbitrary callable).
+
+    Raises:
+      ValueError: a string that names no initializer.
+    """
+    if _is_number(initializer):
         return RowInitializer("constant", a=float(initializer))
     if isinstance(initializer, str):
+        translated = _from_string(initializer)
+        if translated is not None:
+            return translated
         initializer = keras.initializers.get(initializer)
     config = initializer.get_config() if hasattr(initializer, "get_config") else {}
     if isinstance(initializer, keras.initializers.Zeros):

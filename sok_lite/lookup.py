@@ -285,9 +285,9 @@ def _local_rows(params, unique, labels) -> list:
 
 def _owner_code(var) -> int:
     """How PartitionByOwner finds the owner: -1 distributed, -2 hashed key, K localized:K."""
-    if isinstance(var, DynamicVariable):
-        return -2
-    return -1 if var.placement.kind == "distributed" else var.placement.rank
+    if var.placement.kind == "localized":
+        return var.placement.rank
+    return -2 if isinstance(var, DynamicVariable) else -1
 
 
 def _exchanged_rows(params, unique, labels, communicator) -> list:
