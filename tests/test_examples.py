@@ -123,7 +123,11 @@ def test_dlrm_on_two_ranks_takes_the_same_steps_as_on_one(tmp_path):
     one = run_ranks("dlrm_worker.py", 1, tmp_path / "one", *args)
     two = run_ranks("dlrm_worker.py", 2, tmp_path / "two", *args)
     assert [r["num_ranks"] for r in one + two] == [1, 2, 2]
-    # Global losses of the same global batches: equal up to float32 summation order.
+    # Global losses of the same global batches: equal up to float32 summation order. Only 10
+    # steps: Adam through the MLPs lets round-off differences grow with every step, so a long
+    # run's losses would part (docs/development.md). Measured over these 10 steps: at most 1e-6
+    # (1 or 2 threads, oneDNN on or off); one id looked up in the wrong row on 2 ranks moves
+    # most losses by 1e-4 to 6e-4.
     np.testing.assert_allclose(two[0]["step_losses"], one[0]["step_losses"], rtol=1e-4)
     assert two[0]["step_losses"] == two[1]["step_losses"]
     assert len(one[0]["step_losses"]) == 10
@@ -175,7 +179,7 @@ def test_wide_deep_hash_tables_store_only_the_keys_seen(wide_deep_on_one_process
     assert seen.min() < -(2**62) and seen.max() > 2**62  # keys span the int64 range
 
 
-def test_wide_deep_on_two_ranks_matches_one_process(wide_deep_on_one_process):
+def test_wide_deep_on_two_ranks_trains_as_on_one_process(wide_deep_on_one_process):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     env.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", "60")  # a failing rank must not hang the other
@@ -188,9 +192,37 @@ def test_wide_deep_on_two_ranks_matches_one_process(wide_deep_on_one_process):
     two, one = wide_deep_results(proc.stdout), wide_deep_on_one_process
     # size() counts the rows of both ranks: the same keys were seen.
     assert (two["user_rows"], two["device_rows"]) == (one["user_rows"], one["device_rows"])
-    # The same global batches: the losses differ by float32 summation order only (printed to
-    # 4 decimals) in the first epoch; Adam then carries the differences on (measured: 5e-4 by
-    # the third epoch).
-    assert abs(two["losses"][0] - one["losses"][0]) < 2.5e-4, (two, one)
-    np.testing.assert_allclose(two["losses"], one["losses"], atol=3e-3)
+    # 300 Adam steps: from float32 round-off on, the two runs take other paths (so does one
+    # process with 1 or 2 threads, or oneDNN on or off: measured, the third epoch's loss moves by
+    # 1.4e-3 and the AUC by 1.6e-3). This run checks how well they train, not their steps;
+    # test_wide_deep_first_steps_on_two_ranks_equal_one_process compares the steps.
+    assert two["losses"][2] < two["losses"][1] < two["losses"][0], two
     assert abs(two["auc"] - one["auc"]) < 0.01
+
+
+# One step per epoch: the history holds each step's global loss, unrounded, and the rows the hash
+# tables store after it.
+WIDE_DEEP_FIRST_STEPS = ["--users", "100000", "--device-categories", "100000", "--epochs", "6"]
+WIDE_DEEP_FIRST_STEPS += ["--global-batch", "4096", "--steps-per-epoch", "1"]
+WIDE_DEEP_FIRST_STEPS += ["--eval-samples", "4096"]
+
+
+def test_wide_deep_first_steps_on_two_ranks_equal_one_process(tmp_path):
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    one = run_ranks("wide_deep_worker.py", 1, tmp_path / "one", *WIDE_DEEP_FIRST_STEPS)
+    two = run_ranks("wide_deep_worker.py", 2, tmp_path / "two", *WIDE_DEEP_FIRST_STEPS)
+    assert [r["num_ranks"] for r in one + two] == [1, 2, 2]
+
+    def column(report, key):
+        return [epoch[key] for epoch in report["history"]]
+
+    assert len(column(one[0], "loss")) == 6
+    assert column(two[0], "loss") == column(two[1], "loss")  # averaged over ranks: the same
+    for key in ("user_rows", "device_rows"):
+        assert column(two[0], key) == column(one[0], key), key
+    # The same global batches and initial weights: the same steps up to float32 summation order.
+    # Few steps, so that Adam has not amplified it (measured: at most 1e-7 over these 6 steps,
+    # 1 or 2 threads, oneDNN on or off); one item id looked up in the wrong row on 2 ranks moves
+    # the losses by 1e-5 to 1e-4.
+    np.testing.assert_allclose(column(two[0], "loss"), column(one[0], "loss"), rtol=1e-5, atol=0)

@@ -1,4 +1,4 @@
-"""20 training steps of the DLRM example model (small sizes) on one process, under
+"""STEPS (3) training steps of the DLRM example model (small sizes) on one process, under
 MirroredStrategy (2 logical CPUs) or under MultiWorkerMirroredStrategy (TF_CONFIG); every run
 sees the same global batches. Writes this process's table shards and the dense weights for
 tests/distributed/test_strategy_dlrm.py.
@@ -32,7 +32,10 @@ from model import build_dlrm  # noqa: E402
 
 import sok_lite as sok  # noqa: E402
 
-STEPS, GLOBAL_BATCH, MAX_VOCABULARY, DIM = 20, 128, 2000, 8
+# Few steps: the test compares the weights with one process's to float32 round-off, and Adam's
+# per-weight normalised steps let round-off differences grow with every step (measured on the
+# tables: an excess over rtol 1e-4 of 3e-8 after 3 steps, 8e-8 after 5, 7e-7 after 20).
+STEPS, GLOBAL_BATCH, MAX_VOCABULARY, DIM = 3, 128, 2000, 8
 
 keras.utils.set_random_seed(0)
 data = CriteoLike(vocabulary_sizes(MAX_VOCABULARY), seed=0)
