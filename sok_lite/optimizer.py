@@ -17,7 +17,7 @@ from sok_lite.comm.shards import ReplicaShards, local_shard
 from sok_lite.dynamic import DynamicVariable
 from sok_lite.ops import dynamic_ops
 from sok_lite.ops.optimizer_ops import sparse_apply
-from sok_lite.optimizer_rules import learning_rate, rule_for, weight_decay
+from sok_lite.optimizer_rules import learning_rate, legacy_base, rule_for, weight_decay
 from sok_lite.slots import get_slots, record_update
 from sok_lite.variable import Variable
 
@@ -181,6 +181,8 @@ def apply_gradients(optimizer, grads_and_vars, keras_apply, is_ours):
 
 
 def _optimizer_classes() -> list[type]:
+    """The optimizer base classes whose apply_gradients OptimizerScope routes: Keras 3's, and
+    with tf_keras installed its optimizers' and its legacy optimizers' (OptimizerV2)."""
     classes = [keras.optimizers.Optimizer]
     try:
         import tf_keras
@@ -188,6 +190,9 @@ def _optimizer_classes() -> list[type]:
         classes.append(tf_keras.optimizers.Optimizer)
     except ImportError:
         pass
+    legacy = legacy_base()
+    if legacy is not None:
+        classes.append(legacy)
     return classes
 
 
@@ -241,10 +246,11 @@ def _restore_keras() -> None:
 class OptimizerScope:
     """Inside `with OptimizerScope(tables):`, Keras optimizers update sok_lite tables row-wise.
 
-    Every apply_gradients call of a Keras optimizer in the block sends the pairs of sok_lite
-    tables to the fused row-wise kernels, with the optimizer's learning rate (schedules
-    included), its other hyper-parameters and its clipping and weight decay; other pairs go to
-    Keras as usual. Leaving the last open block restores Keras.
+    Every apply_gradients call of a Keras optimizer (Keras 3, tf_keras, or a tf_keras legacy
+    optimizer) in the block sends the pairs of sok_lite tables to the fused row-wise kernels,
+    with the optimizer's learning rate (schedules and legacy decay included), its other
+    hyper-parameters and its clipping and weight decay; other pairs go to Keras as usual.
+    Leaving the last open block restores Keras.
 
     Args:
       var_list: the tables (or one table), or every variable of a model
@@ -295,8 +301,14 @@ class OptimizerWrapper:
 
     The object form of OptimizerScope, for code that cannot use a `with` block. For a Keras 3
     optimizer it returns sok_lite.keras.OptimizerWrapper, a Keras optimizer that
-    model.compile accepts; for others (tf_keras) an object whose other attributes
-    (learning_rate, iterations, ...) are the wrapped optimizer's.
+    model.compile accepts; for others (tf_keras, and the tf_keras legacy optimizers SOK's
+    documentation prescribes on TF >= 2.16: tf_keras.optimizers.legacy.SGD, Adam, Adagrad,
+    Ftrl, RMSprop, Adamax, Adadelta) an object whose other attributes (learning_rate,
+    iterations, ...) are the wrapped optimizer's.
+
+    Legacy optimizers update the touched rows with their own equations, `decay` included; legacy
+    Adam (and RMSprop without momentum) decays the moments of every row at every step, where the
+    row-wise kernel stays lazy (the same result on rows that have a gradient at every step).
     """
 
     def __new__(cls, optimizer):

@@ -31,5 +31,7 @@ AdamW = _factory(keras.optimizers.AdamW)
 Adagrad = _factory(keras.optimizers.Adagrad)
 RMSprop = _factory(keras.optimizers.RMSprop)
 Ftrl = _factory(keras.optimizers.Ftrl)
+Adamax = _factory(keras.optimizers.Adamax)
+Adadelta = _factory(keras.optimizers.Adadelta)
 
-__all__ = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Ftrl"]
+__all__ = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Ftrl", "Adamax", "Adadelta"]

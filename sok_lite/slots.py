@@ -5,7 +5,7 @@ import weakref
 import tensorflow as tf
 
 from sok_lite._compat import ResourceVariable
-from sok_lite.optimizer_rules import unwrap
+from sok_lite.optimizer_rules import is_legacy, unwrap
 from sok_lite.variable import Variable
 
 # optimizer -> {table ref -> {slot name -> slot variable}}
@@ -16,7 +16,7 @@ _UPDATED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def _new_slot(var, name: str, fill: float):
     base = var.name.split(":")[0]
-    value = tf.fill(tf.shape(var), tf.cast(fill, var.dtype))
+    value = tf.fill(tf.shape(var), tf.constant(fill, var.dtype))
     if isinstance(var, Variable):
         return Variable.local_slot(var, value, f"{base}/{name}")
     return ResourceVariable(value, trainable=False, name=f"{base}/{name}")
@@ -102,7 +102,14 @@ def keras_slots(optimizer, var, rule) -> list | None:
     """The slot variables Keras itself keeps for `var` (those it updates when it applies the
     table outside OptimizerScope), in the order of rule.slots; None if it keeps none."""
     optimizer = unwrap(optimizer)
-    if not rule.keras_slots or not getattr(optimizer, "built", False):
+    if not rule.keras_slots:
+        return None
+    if is_legacy(optimizer):  # tf_keras legacy: slots by name, created with the variable
+        try:
+            return [optimizer.get_slot(var, name) for name in rule.keras_slots]
+        except (KeyError, ValueError):  # never applied this table itself
+            return None
+    if not getattr(optimizer, "built", False):
         return None
     try:
         index = optimizer._get_variable_index(var)
@@ -114,6 +121,10 @@ def keras_slots(optimizer, var, rule) -> list | None:
 def knows_table(optimizer, var) -> bool:
     """Whether Keras' own optimizer was built with `var` (and so may have applied it)."""
     optimizer = unwrap(optimizer)
+    if is_legacy(optimizer):  # slots of the variables it applied, by variable key
+        from tf_keras.src.optimizers.legacy.optimizer_v2 import _var_key
+
+        return bool(optimizer._slots.get(_var_key(var)))
     try:
         optimizer._get_variable_index(var)
         return True

@@ -22,6 +22,8 @@ class LazyOptimizer:
             "mom": z(),
             "avg": z(),
             "linear": z(),
+            "u": z(),
+            "acc_delta": z(),
         }
 
     def step(self, w: np.ndarray, rows: np.ndarray, g: np.ndarray, lr: float) -> None:
@@ -77,6 +79,18 @@ class LazyOptimizer:
             quadratic = new_acc ** (-p) / lr + t(2) * l2
             wr = (np.clip(s["linear"], -l1, l1) - s["linear"]) / quadratic
             s["acc"] = new_acc
+        elif self.name == "adamax":
+            b1, b2, eps = t(c["beta_1"]), t(c["beta_2"]), t(c["epsilon"])
+            bias = t(1) - b1 ** t(self.iterations + 1)
+            s["m"] = s["m"] + (g - s["m"]) * (t(1) - b1)
+            s["u"] = np.maximum(b2 * s["u"], np.abs(g))
+            wr = wr - (lr * s["m"]) / (bias * (s["u"] + eps))
+        elif self.name == "adadelta":
+            rho, eps = t(c["rho"]), t(c["epsilon"])
+            s["acc"] = rho * s["acc"] + (t(1) - rho) * (g * g)
+            delta = -(np.sqrt(s["acc_delta"] + eps) * g) / np.sqrt(s["acc"] + eps)
+            s["acc_delta"] = rho * s["acc_delta"] + (t(1) - rho) * (delta * delta)
+            wr = wr + lr * delta
         else:
             raise ValueError(self.name)
         w[rows] = wr

@@ -21,9 +21,10 @@ EDGE_INTS = [2**31 - 1, 2**31, 2**40, 2**62, INT64_MAX, INT64_MIN, -(2**31)]
 HUGE_SIZES = [-1, -7, 2**40, 2**62, INT64_MAX, INT64_MIN]
 FLOAT_EDGES = [float("nan"), float("inf"), float("-inf"), -0.0, 3.4e38, 1e-30]
 OPTIMIZER_KINDS = ["sgd", "momentum", "nesterov", "adam", "amsgrad", "adagrad", "rmsprop", "ftrl"]
+OPTIMIZER_KINDS += ["adamax", "adadelta"]
 # Optimizer parameters after [learning_rate, weight_decay] (kernels/core/optimizers.h).
-NUM_PARAMS = {"sgd": 0, "momentum": 1, "nesterov": 1, "adagrad": 1, "adam": 4, "amsgrad": 4}
-NUM_PARAMS |= {"rmsprop": 4, "ftrl": 5}
+NUM_PARAMS = {"sgd": 0, "momentum": 1, "nesterov": 1, "adagrad": 2, "adam": 4, "amsgrad": 4}
+NUM_PARAMS |= {"rmsprop": 5, "ftrl": 5, "adamax": 4, "adadelta": 2}
 
 
 @dataclasses.dataclass
@@ -183,6 +184,6 @@ def num_slots_for(kind: str, hyper: np.ndarray) -> int:
     p = hyper.ravel()[2:].tolist()
     if kind == "rmsprop":
         return 1 + (len(p) > 1 and p[1] > 0) + (len(p) > 3 and p[3] != 0)
-    return {"sgd": 0, "momentum": 1, "nesterov": 1, "adagrad": 1, "adam": 2, "ftrl": 2}.get(
-        kind, 3 if kind == "amsgrad" else 0
-    )
+    slots = {"sgd": 0, "momentum": 1, "nesterov": 1, "adagrad": 1, "adam": 2, "ftrl": 2}
+    slots |= {"adamax": 2, "adadelta": 2}
+    return slots.get(kind, 3 if kind == "amsgrad" else 0)

@@ -6,6 +6,8 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
+from sok_lite.ops.optimizer_ops import sparse_apply
+from tests.gpu import gpu_reference
 from tests.lazy_reference import LazyOptimizer
 
 ROWS, DIM, STEPS = 20, 4, 6
@@ -33,6 +35,8 @@ CASES = {  # id -> (factory, reference name)
         ),
         "ftrl",
     ),
+    "adamax": (lambda: keras.optimizers.Adamax(0.01), "adamax"),
+    "adadelta": (lambda: keras.optimizers.Adadelta(1.0, rho=0.9), "adadelta"),
 }
 
 
@@ -213,9 +217,9 @@ def test_mismatched_gradient_names_the_table(grad, match):
 def test_unsupported_optimizer():
     table = sok.Variable(init_table(0))
     grad = tf.IndexedSlices(tf.ones([1, DIM]), tf.constant([1], tf.int64))
-    with pytest.raises(ValueError, match="Adadelta has no row-wise sok_lite kernel"):
+    with pytest.raises(ValueError, match="Lion has no row-wise sok_lite kernel"):
         with sok.OptimizerScope([table]):
-            keras.optimizers.Adadelta().apply_gradients([(grad, table)])
+            keras.optimizers.Lion().apply_gradients([(grad, table)])
 
 
 def test_nan_gradients_propagate():
@@ -224,3 +228,42 @@ def test_nan_gradients_propagate():
     with sok.OptimizerScope([table]):
         keras.optimizers.Adam(0.1).apply_gradients([(grad, table)])
     assert np.isnan(table.numpy()[2]).all() and not np.isnan(table.numpy()[3]).any()
+
+
+# (kind, parameters after lr and weight decay, slots): every kernel kind and option.
+KERNEL_CASES = [
+    ("sgd", [], 0),
+    ("momentum", [0.9], 1),
+    ("nesterov", [0.9], 1),
+    ("adam", [0.9, 0.999, 1e-7, 3], 2),
+    ("amsgrad", [0.9, 0.999, 1e-7, 5], 3),
+    ("adagrad", [1e-7, 0], 1),
+    ("adagrad", [1e-3, 1], 1),
+    ("rmsprop", [0.9, 0.5, 1e-7, 1, 0], 3),
+    ("rmsprop", [0.9, 0.0, 1e-3, 1, 1], 2),
+    ("ftrl", [-0.5, 0.01, 0.02, 0.1, 0.05], 2),
+    ("adamax", [0.9, 0.999, 1e-7, 3], 2),
+    ("adadelta", [0.95, 1e-7], 2),
+]
+
+
+@pytest.mark.parametrize("kind,params,num_slots", KERNEL_CASES)
+def test_gpu_harness_reference_mirrors_the_cpu_kernel(kind, params, num_slots):
+    """tests/gpu/gpu_reference.py (what the CUDA kernels are checked against on a GPU) follows
+    the CPU kernel term by term: equal to the bit, but for FTRL's pow (an ulp)."""
+    rng = np.random.default_rng(num_slots)
+    var = rng.standard_normal([30, DIM]).astype(np.float32)
+    slots = [rng.uniform(0.1, 1.0, [30, DIM]).astype(np.float32) for _ in range(num_slots)]
+    if kind == "rmsprop":  # centered: average_grad^2 <= velocity, the root stays real
+        slots[-1] *= np.float32(0.1)
+    table, slot_vars = tf.Variable(var), [tf.Variable(s) for s in slots]
+    for _ in range(2):
+        rows = rng.choice(30, size=12, replace=False).astype(np.int64)
+        g = rng.standard_normal([12, DIM]).astype(np.float32)
+        hyper = np.array([0.05, 0.01] + params, np.float64)
+        sparse_apply(table.handle, [s.handle for s in slot_vars], rows, g, hyper, kind)
+        gpu_reference.apply_rows(kind, 0.05, 0.01, params, rows, g, var, slots)
+    tol = {"rtol": 1e-6, "atol": 1e-7} if kind == "ftrl" else {"rtol": 0, "atol": 0}
+    np.testing.assert_allclose(table.numpy(), var, **tol)
+    for got, expected in zip(slot_vars, slots):
+        np.testing.assert_allclose(got.numpy(), expected, **tol)

@@ -13,6 +13,7 @@ bool ParseOptimizerKind(const std::string& name, OptimizerKind* kind) {
       {"nesterov", OptimizerKind::kNesterov}, {"adam", OptimizerKind::kAdam},
       {"amsgrad", OptimizerKind::kAmsgrad},   {"adagrad", OptimizerKind::kAdagrad},
       {"rmsprop", OptimizerKind::kRmsprop},   {"ftrl", OptimizerKind::kFtrl},
+      {"adamax", OptimizerKind::kAdamax},     {"adadelta", OptimizerKind::kAdadelta},
   };
   for (const auto& [n, k] : kNames) {
     if (name == n) {
@@ -29,12 +30,15 @@ int NumParams(OptimizerKind kind) {
       return 0;
     case OptimizerKind::kMomentum:
     case OptimizerKind::kNesterov:
-    case OptimizerKind::kAdagrad:
       return 1;
+    case OptimizerKind::kAdagrad:
+    case OptimizerKind::kAdadelta:
+      return 2;
     case OptimizerKind::kAdam:
     case OptimizerKind::kAmsgrad:
-    case OptimizerKind::kRmsprop:
+    case OptimizerKind::kAdamax:
       return 4;
+    case OptimizerKind::kRmsprop:
     case OptimizerKind::kFtrl:
       return 5;
   }
@@ -51,6 +55,8 @@ int NumSlots(OptimizerKind kind, const std::vector<double>& p) {
       return 1;
     case OptimizerKind::kAdam:
     case OptimizerKind::kFtrl:
+    case OptimizerKind::kAdamax:
+    case OptimizerKind::kAdadelta:
       return 2;
     case OptimizerKind::kAmsgrad:
       return 3;
@@ -73,15 +79,21 @@ void UpdateRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const 
   const T wd = static_cast<T>(h.weight_decay);
   auto p = [&](size_t i) { return static_cast<T>(h.p[i]); };
   // Per-call constants, computed once and in T as Keras does.
-  T alpha = 0, one_minus_b1 = 0, one_minus_b2 = 0;
+  T alpha = 0, one_minus_b1 = 0, one_minus_b2 = 0, adamax_bias = 0;
   if (kind == OptimizerKind::kAdam || kind == OptimizerKind::kAmsgrad) {
     const T step = p(3);
     alpha = lr * std::sqrt(T(1) - std::pow(p(1), step)) / (T(1) - std::pow(p(0), step));
     one_minus_b1 = T(1) - p(0);
     one_minus_b2 = T(1) - p(1);
   }
+  if (kind == OptimizerKind::kAdamax) {
+    one_minus_b1 = T(1) - p(0);
+    adamax_bias = T(1) - std::pow(p(0), p(3));
+  }
   const bool rms_momentum = kind == OptimizerKind::kRmsprop && h.p[1] > 0;
   const bool rms_centered = kind == OptimizerKind::kRmsprop && h.p[3] != 0;
+  const bool eps_outside = (kind == OptimizerKind::kAdagrad && h.p[1] != 0) ||
+                           (kind == OptimizerKind::kRmsprop && h.p[4] != 0);
   for (int64_t i = i0; i < i1; ++i) {
     if (i + kPrefetchDistance < i1) prefetch(i + kPrefetchDistance);
     T* w = nullptr;
@@ -125,7 +137,8 @@ void UpdateRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const 
         const T eps = p(0);
         for (int64_t d = 0; d < dim; ++d) {
           acc[d] += g[d] * g[d];
-          w[d] -= (lr * g[d]) / std::sqrt(acc[d] + eps);
+          w[d] -= eps_outside ? (lr * g[d]) / (std::sqrt(acc[d]) + eps)
+                              : (lr * g[d]) / std::sqrt(acc[d] + eps);
         }
         break;
       }
@@ -136,12 +149,13 @@ void UpdateRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const 
         const T rho = p(0), mu = p(1), eps = p(2);
         for (int64_t d = 0; d < dim; ++d) {
           vel[d] = rho * vel[d] + (T(1) - rho) * (g[d] * g[d]);
-          T denom = vel[d] + eps;
+          T denom = vel[d];
           if (avg) {
             avg[d] = rho * avg[d] + (T(1) - rho) * g[d];
-            denom = vel[d] - avg[d] * avg[d] + eps;
+            denom = vel[d] - avg[d] * avg[d];
           }
-          const T inc = (lr * g[d]) / std::sqrt(denom);
+          const T inc = eps_outside ? (lr * g[d]) / (std::sqrt(denom) + eps)
+                                    : (lr * g[d]) / std::sqrt(denom + eps);
           if (mom) {
             mom[d] = mu * mom[d] + inc;
             w[d] -= mom[d];
@@ -164,6 +178,29 @@ void UpdateRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const 
           const T clipped = std::min(std::max(linear[d], -l1), l1);
           w[d] = (clipped - linear[d]) / quadratic;
           accum[d] = new_accum;
+        }
+        break;
+      }
+      case OptimizerKind::kAdamax: {
+        T* m = slots[0];
+        T* u = slots[1];
+        const T b2 = p(1), eps = p(2);
+        for (int64_t d = 0; d < dim; ++d) {
+          m[d] += (g[d] - m[d]) * one_minus_b1;
+          u[d] = std::max(b2 * u[d], std::abs(g[d]));
+          w[d] -= (lr * m[d]) / (adamax_bias * (u[d] + eps));
+        }
+        break;
+      }
+      case OptimizerKind::kAdadelta: {
+        T* acc_grad = slots[0];
+        T* acc_delta = slots[1];
+        const T rho = p(0), eps = p(1);
+        for (int64_t d = 0; d < dim; ++d) {
+          acc_grad[d] = rho * acc_grad[d] + (T(1) - rho) * (g[d] * g[d]);
+          const T delta = -((std::sqrt(acc_delta[d] + eps) * g[d]) / std::sqrt(acc_grad[d] + eps));
+          acc_delta[d] = rho * acc_delta[d] + (T(1) - rho) * (delta * delta);
+          w[d] += lr * delta;
         }
         break;
       }

@@ -1,5 +1,6 @@
 // Row-wise ("lazy") optimizer updates: only the rows that received a gradient change, their slots
-// too. The formulas follow Keras 3's update_step of each optimizer, restricted to those rows.
+// too. The formulas follow Keras 3's update_step of each optimizer, restricted to those rows
+// (with the epsilon placement of tf_keras' legacy optimizers on request, see eps_outside).
 #ifndef SOK_LITE_KERNELS_CORE_OPTIMIZERS_H_
 #define SOK_LITE_KERNELS_CORE_OPTIMIZERS_H_
 
@@ -15,13 +16,19 @@ enum class OptimizerKind {
   kNesterov,  // hyper p: momentum; slots: m
   kAdam,      // hyper p: beta_1, beta_2, epsilon, step (iterations + 1); slots: m, v
   kAmsgrad,   // as kAdam; slots: m, v, v_hat
-  kAdagrad,   // hyper p: epsilon; slots: accumulator
-  kRmsprop,   // hyper p: rho, momentum, epsilon, centered (0/1); slots: velocity
-              //   [, momentum if momentum > 0][, average_grad if centered]
+  kAdagrad,   // hyper p: epsilon, eps_outside (0/1); slots: accumulator
+  kRmsprop,   // hyper p: rho, momentum, epsilon, centered (0/1), eps_outside (0/1); slots:
+              //   velocity [, momentum if momentum > 0][, average_grad if centered]
   kFtrl,      // hyper p: learning_rate_power, l1, l2, beta, l2_shrinkage; slots: accum, linear
+  kAdamax,    // hyper p: beta_1, beta_2, epsilon, step (iterations + 1); slots: m, u
+  kAdadelta,  // hyper p: rho, epsilon; slots: accumulated_grad, accumulated_delta_var
 };
+// eps_outside selects where epsilon goes: 0 = Keras 3's g / sqrt(acc + eps), 1 = the tf_keras
+// legacy optimizers' (TF's ApplyAdagradV2, and legacy RMSprop without momentum)
+// g / (sqrt(acc) + eps).
 
-// Parses "sgd", "momentum", "nesterov", "adam", "amsgrad", "adagrad", "rmsprop", "ftrl".
+// Parses "sgd", "momentum", "nesterov", "adam", "amsgrad", "adagrad", "rmsprop", "ftrl",
+// "adamax", "adadelta".
 bool ParseOptimizerKind(const std::string& name, OptimizerKind* kind);
 
 // The number of parameters `kind` reads from OptimizerHyper::p.

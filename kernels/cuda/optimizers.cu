@@ -1,7 +1,8 @@
 // Row-wise optimizer updates (kernels/core/optimizers.cc on the GPU). Each thread owns W
 // consecutive columns of one updated row: it loads the row's variable and slots, applies the
 // same float formulas in the same order as the CPU code, and stores them back. Per-call
-// constants (Adam's alpha, FTRL's l2) are computed on the host exactly as the CPU code does.
+// constants (Adam's alpha, FTRL's l2, Adamax's bias) are computed on the host exactly as the CPU
+// code does.
 // Build with -fmad=false to keep nvcc from fusing a * b + c, which the CPU build does not do.
 #include <cmath>
 
@@ -16,8 +17,10 @@ namespace {
 struct Hyper {
   float lr, wd;
   float p[5];
-  float alpha, one_minus_b1, one_minus_b2;  // adam / amsgrad
+  float alpha, one_minus_b1, one_minus_b2;  // adam / amsgrad (one_minus_b1: adamax too)
   float ftrl_l2;                            // l2 + beta / (2 lr)
+  float adamax_bias;                        // 1 - beta_1^step
+  bool eps_outside;                         // adagrad / rmsprop: g / (sqrt(acc) + eps)
 };
 
 // Fixed slot positions per kind; rmsprop's optional slots go to 1 (momentum), 2 (average_grad)
@@ -44,16 +47,17 @@ __device__ __forceinline__ void Update(const Hyper& h, float g, float& w, float&
     w -= (s0 * h.alpha) / (sqrtf(denom_v) + h.p[2]);
   } else if constexpr (K == SOK_LITE_CUDA_ADAGRAD) {
     s0 += g * g;
-    w -= (lr * g) / sqrtf(s0 + h.p[0]);
+    w -= h.eps_outside ? (lr * g) / (sqrtf(s0) + h.p[0]) : (lr * g) / sqrtf(s0 + h.p[0]);
   } else if constexpr (K == SOK_LITE_CUDA_RMSPROP) {
     const float rho = h.p[0], mu = h.p[1], eps = h.p[2];
     s0 = rho * s0 + (1.0f - rho) * (g * g);
-    float denom = s0 + eps;
+    float denom = s0;
     if (has_s2) {
       s2 = rho * s2 + (1.0f - rho) * g;
-      denom = s0 - s2 * s2 + eps;
+      denom = s0 - s2 * s2;
     }
-    const float inc = (lr * g) / sqrtf(denom);
+    const float inc =
+        h.eps_outside ? (lr * g) / (sqrtf(denom) + eps) : (lr * g) / sqrtf(denom + eps);
     if (has_s1) {
       s1 = mu * s1 + inc;
       w -= s1;
@@ -67,10 +71,21 @@ __device__ __forceinline__ void Update(const Hyper& h, float g, float& w, float&
     const float new_pow = powf(new_accum, -lr_power);
     s1 += grad_to_use - (new_pow - powf(s0, -lr_power)) / lr * w;
     const float quadratic = new_pow / lr + 2.0f * h.ftrl_l2;
-    const float lo = s1 < -l1 ? -l1 : s1;      // std::max(linear, -l1)
+    const float lo = s1 < -l1 ? -l1 : s1;     // std::max(linear, -l1)
     const float clipped = l1 < lo ? l1 : lo;  // std::min(..., l1)
     w = (clipped - s1) / quadratic;
     s0 = new_accum;
+  } else if constexpr (K == SOK_LITE_CUDA_ADAMAX) {
+    s0 += (g - s0) * h.one_minus_b1;
+    const float decayed = h.p[1] * s1, abs_g = fabsf(g);
+    s1 = decayed < abs_g ? abs_g : decayed;  // std::max
+    w -= (lr * s0) / (h.adamax_bias * (s1 + h.p[2]));
+  } else if constexpr (K == SOK_LITE_CUDA_ADADELTA) {
+    const float rho = h.p[0], eps = h.p[1];
+    s0 = rho * s0 + (1.0f - rho) * (g * g);
+    const float delta = -((sqrtf(s1 + eps) * g) / sqrtf(s0 + eps));
+    s1 = rho * s1 + (1.0f - rho) * (delta * delta);
+    w += lr * delta;
   }
 }
 
@@ -107,8 +122,8 @@ __global__ void ApplyRowsKernel(Hyper h, int64_t dim, const int64_t* __restrict_
 }
 
 template <int K, int W>
-cudaError_t Launch(const Hyper& h, int64_t dim, const int64_t* rows, const float* grads,
-                   int64_t n, float* var, const Slots& slots, cudaStream_t stream) {
+cudaError_t Launch(const Hyper& h, int64_t dim, const int64_t* rows, const float* grads, int64_t n,
+                   float* var, const Slots& slots, cudaStream_t stream) {
   int grid = 0;
   cudaError_t err = GridFor(ApplyRowsKernel<K, W>, n * (dim / W), &grid);
   if (err != cudaSuccess) return err;
@@ -125,16 +140,18 @@ cudaError_t LaunchKind(const Hyper& h, int64_t dim, const int64_t* rows, const f
   return Launch<K, 1>(h, dim, rows, grads, n, var, slots, stream);
 }
 
+constexpr int kNumKinds = 10;  // SOK_LITE_CUDA_SGD .. SOK_LITE_CUDA_ADADELTA
+
 // As core NumParams / NumSlots; -1 for an unknown kind.
 int NumParams(int kind) {
-  static const int kParams[] = {0, 1, 1, 4, 4, 1, 4, 5};
-  return kind >= 0 && kind < 8 ? kParams[kind] : -1;
+  static const int kParams[kNumKinds] = {0, 1, 1, 4, 4, 2, 5, 5, 4, 2};
+  return kind >= 0 && kind < kNumKinds ? kParams[kind] : -1;
 }
 
 int NumSlots(int kind, const double* p) {
-  static const int kSlots[] = {0, 1, 1, 2, 3, 1, -1, 2};
+  static const int kSlots[kNumKinds] = {0, 1, 1, 2, 3, 1, -1, 2, 2, 2};
   if (kind == SOK_LITE_CUDA_RMSPROP) return 1 + (p[1] > 0) + (p[3] != 0);
-  return kind >= 0 && kind < 8 ? kSlots[kind] : -1;
+  return kind >= 0 && kind < kNumKinds ? kSlots[kind] : -1;
 }
 
 Hyper MakeHyper(int kind, double learning_rate, double weight_decay, const double* params,
@@ -151,6 +168,13 @@ Hyper MakeHyper(int kind, double learning_rate, double weight_decay, const doubl
     h.one_minus_b2 = 1.0f - h.p[1];
   }
   if (kind == SOK_LITE_CUDA_FTRL) h.ftrl_l2 = h.p[2] + h.p[3] / (2.0f * h.lr);
+  if (kind == SOK_LITE_CUDA_ADAMAX) {
+    // As core ApplyRows: 1 - beta_1 and 1 - beta_1^step in float.
+    h.one_minus_b1 = 1.0f - h.p[0];
+    h.adamax_bias = 1.0f - std::pow(h.p[0], h.p[3]);
+  }
+  if (kind == SOK_LITE_CUDA_ADAGRAD) h.eps_outside = params[1] != 0;
+  if (kind == SOK_LITE_CUDA_RMSPROP) h.eps_outside = params[4] != 0;
   return h;
 }
 
@@ -158,11 +182,10 @@ Hyper MakeHyper(int kind, double learning_rate, double weight_decay, const doubl
 }  // namespace cuda
 }  // namespace sok_lite
 
-extern "C" cudaError_t sok_lite_cuda_apply_rows(int kind, double learning_rate,
-                                                double weight_decay, const double* params,
-                                                int num_params, int64_t dim, const int64_t* rows,
-                                                const float* grads, int64_t n, float* var,
-                                                float* const* slots, int num_slots,
+extern "C" cudaError_t sok_lite_cuda_apply_rows(int kind, double learning_rate, double weight_decay,
+                                                const double* params, int num_params, int64_t dim,
+                                                const int64_t* rows, const float* grads, int64_t n,
+                                                float* var, float* const* slots, int num_slots,
                                                 cudaStream_t stream) {
   using namespace sok_lite::cuda;
   const int needed = NumParams(kind);
@@ -180,8 +203,7 @@ extern "C" cudaError_t sok_lite_cuda_apply_rows(int kind, double learning_rate,
   if (kind == SOK_LITE_CUDA_RMSPROP) {
     // Caller order: velocity [, momentum][, average_grad]; kernel positions are fixed.
     const bool momentum = params[1] > 0, centered = params[3] != 0;
-    s = {{slots[0], momentum ? slots[1] : nullptr,
-          centered ? slots[momentum ? 2 : 1] : nullptr}};
+    s = {{slots[0], momentum ? slots[1] : nullptr, centered ? slots[momentum ? 2 : 1] : nullptr}};
   }
   const Hyper h = MakeHyper(kind, learning_rate, weight_decay, params, num_params);
   switch (kind) {
@@ -201,6 +223,10 @@ extern "C" cudaError_t sok_lite_cuda_apply_rows(int kind, double learning_rate,
       return LaunchKind<SOK_LITE_CUDA_RMSPROP>(h, dim, rows, grads, n, var, s, stream);
     case SOK_LITE_CUDA_FTRL:
       return LaunchKind<SOK_LITE_CUDA_FTRL>(h, dim, rows, grads, n, var, s, stream);
+    case SOK_LITE_CUDA_ADAMAX:
+      return LaunchKind<SOK_LITE_CUDA_ADAMAX>(h, dim, rows, grads, n, var, s, stream);
+    case SOK_LITE_CUDA_ADADELTA:
+      return LaunchKind<SOK_LITE_CUDA_ADADELTA>(h, dim, rows, grads, n, var, s, stream);
   }
   return cudaErrorInvalidValue;
 }

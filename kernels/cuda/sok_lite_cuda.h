@@ -35,6 +35,8 @@ enum SokLiteCudaOptimizer {
   SOK_LITE_CUDA_ADAGRAD = 5,
   SOK_LITE_CUDA_RMSPROP = 6,
   SOK_LITE_CUDA_FTRL = 7,
+  SOK_LITE_CUDA_ADAMAX = 8,
+  SOK_LITE_CUDA_ADADELTA = 9,
 };
 
 // scale[b] for b in [0, batch): 1 (sum), 1 / sum(w) (mean), 1 / sqrt(sum(w^2)) (sqrtn), with

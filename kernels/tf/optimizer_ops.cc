@@ -38,7 +38,7 @@ Applies one optimizer step to the rows `indices` of `var` and of its slots, in p
 variables' locks. Rows that appear several times have their gradients summed first.
 
 hyper: [learning_rate, weight_decay, optimizer parameters...] (see kernels/core/optimizers.h).
-kind: sgd | momentum | nesterov | adam | amsgrad | adagrad | rmsprop | ftrl.
+kind: sgd | momentum | nesterov | adam | amsgrad | adagrad | rmsprop | ftrl | adamax | adadelta.
 )doc");
 
 }  // namespace sok_lite

@@ -28,8 +28,8 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
     tf.train.Checkpoint keep them.
 
     Args:
-      inner_optimizer: a keras.optimizers.Optimizer (SGD, Adam, AdamW, Adagrad, RMSprop, Ftrl),
-        or a sok_lite.OptimizerWrapper around one.
+      inner_optimizer: a keras.optimizers.Optimizer (SGD, Adam, AdamW, Adagrad, RMSprop, Ftrl,
+        Adamax, Adadelta), or a sok_lite.OptimizerWrapper around one.
       name: the optimizer name; default "sok_lite_" + the wrapped optimizer's name.
 
     Raises:

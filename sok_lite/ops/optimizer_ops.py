@@ -14,7 +14,8 @@ def sparse_apply(var_handle, slot_handles, indices, grads, hyper, kind, var_name
       indices: int64 [n] local rows (repeats are summed).
       grads: [n, dim] gradient rows, the variable's dtype.
       hyper: float64 [learning_rate, weight_decay, parameters...] (kernels/core/optimizers.h).
-      kind: sgd | momentum | nesterov | adam | amsgrad | adagrad | rmsprop | ftrl.
+      kind: sgd | momentum | nesterov | adam | amsgrad | adagrad | rmsprop | ftrl | adamax |
+        adadelta.
     """
     with tf.name_scope(name or "sok_lite_sparse_apply"):
         return _ops().sok_lite_sparse_apply(

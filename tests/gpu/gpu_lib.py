@@ -23,6 +23,8 @@ OPTIMIZERS = {
     "adagrad": 5,
     "rmsprop": 6,
     "ftrl": 7,
+    "adamax": 8,
+    "adadelta": 9,
 }
 
 _P = ctypes.c_void_p

@@ -81,17 +81,23 @@ def apply_rows(kind, lr, wd, p, rows, grads, var, slots):
         w = w - (s[0] * alpha) / (np.sqrt(denom_v) + p[2])
     elif kind == "adagrad":
         s[0] = s[0] + g * g
-        w = w - (lr * g) / np.sqrt(s[0] + p[0])
+        if p[1] != 0:  # eps_outside: tf_keras legacy
+            w = w - (lr * g) / (np.sqrt(s[0]) + p[0])
+        else:
+            w = w - (lr * g) / np.sqrt(s[0] + p[0])
     elif kind == "rmsprop":
         rho, mu, eps = p[0], p[1], p[2]
         momentum, centered = p[1] > 0, p[3] != 0
         s[0] = rho * s[0] + (F32(1) - rho) * (g * g)
-        denom = s[0] + eps
+        denom = s[0]
         if centered:
             a = len(s) - 1
             s[a] = rho * s[a] + (F32(1) - rho) * g
-            denom = s[0] - s[a] * s[a] + eps
-        inc = (lr * g) / np.sqrt(denom)
+            denom = s[0] - s[a] * s[a]
+        if p[4] != 0:  # eps_outside: tf_keras legacy without momentum
+            inc = (lr * g) / (np.sqrt(denom) + eps)
+        else:
+            inc = (lr * g) / np.sqrt(denom + eps)
         if momentum:
             s[1] = mu * s[1] + inc
             w = w - s[1]
@@ -109,6 +115,18 @@ def apply_rows(kind, lr, wd, p, rows, grads, var, slots):
         clipped = np.minimum(np.maximum(linear, -l1), l1)
         w = (clipped - linear) / quadratic
         s = [new_accum, linear]
+    elif kind == "adamax":
+        b2, eps = p[1], p[2]
+        bias = F32(1) - np.power(p[0], p[3])
+        s[0] = s[0] + (g - s[0]) * (F32(1) - p[0])
+        s[1] = np.maximum(b2 * s[1], np.abs(g))
+        w = w - (lr * s[0]) / (bias * (s[1] + eps))
+    elif kind == "adadelta":
+        rho, eps = p[0], p[1]
+        s[0] = rho * s[0] + (F32(1) - rho) * (g * g)
+        delta = -((np.sqrt(s[1] + eps) * g) / np.sqrt(s[0] + eps))
+        s[1] = rho * s[1] + (F32(1) - rho) * (delta * delta)
+        w = w + lr * delta
     else:
         raise ValueError(kind)
     var[rows] = w

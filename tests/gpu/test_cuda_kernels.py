@@ -143,21 +143,28 @@ OPTIMIZER_CASES = [
     ("nesterov", [0.9], 1),
     ("adam", [0.9, 0.999, 1e-7, 3], 2),
     ("amsgrad", [0.9, 0.999, 1e-7, 5], 3),
-    ("adagrad", [1e-7], 1),
-    ("rmsprop", [0.9, 0.0, 1e-7, 0], 1),
-    ("rmsprop", [0.9, 0.5, 1e-7, 0], 2),
-    ("rmsprop", [0.9, 0.0, 1e-7, 1], 2),
-    ("rmsprop", [0.9, 0.5, 1e-7, 1], 3),
+    ("adagrad", [1e-7, 0], 1),
+    ("adagrad", [1e-3, 1], 1),
+    ("rmsprop", [0.9, 0.0, 1e-7, 0, 0], 1),
+    ("rmsprop", [0.9, 0.5, 1e-7, 0, 0], 2),
+    ("rmsprop", [0.9, 0.0, 1e-7, 1, 0], 2),
+    ("rmsprop", [0.9, 0.5, 1e-7, 1, 0], 3),
+    ("rmsprop", [0.9, 0.0, 1e-3, 0, 1], 1),
+    ("rmsprop", [0.9, 0.0, 1e-3, 1, 1], 2),
     ("ftrl", [-0.5, 0.01, 0.02, 0.1, 0.0], 2),
     ("ftrl", [-0.5, 0.0, 0.0, 0.0, 0.05], 2),
+    ("adamax", [0.9, 0.999, 1e-7, 3], 2),
+    ("adadelta", [0.95, 1e-7], 2),
 ]
 
 
 def initial_slots(rng, kind, shape, count):
     """Values the optimizer can start from (accumulators positive, centered rms well posed)."""
     slots = [rng.uniform(-0.1, 0.1, size=shape).astype(F32) for _ in range(count)]
-    if kind in ("adam", "amsgrad"):
+    if kind in ("adam", "amsgrad", "adamax", "adadelta"):
         slots[1:] = [np.abs(s) for s in slots[1:]]
+    if kind == "adadelta":
+        slots[0] = np.abs(slots[0])
     if kind in ("adagrad", "ftrl"):
         slots[0] = rng.uniform(0.1, 1.0, size=shape).astype(F32)
     if kind == "rmsprop":
@@ -219,9 +226,12 @@ def test_apply_rows_rejects_bad_arguments(kernels):
     )
     assert kernels.apply_rows_rc("adam", 0.1, 0.0, [0.9], rows, grads, var, [slot, slot]) != 0
     assert (
-        kernels.apply_rows_rc("rmsprop", 0.1, 0.0, [0.9, 0.5, 1e-7, 0], rows, grads, var, [slot])
+        kernels.apply_rows_rc("rmsprop", 0.1, 0.0, [0.9, 0.5, 1e-7, 0, 0], rows, grads, var, [slot])
         != 0
     )
+    # Fewer parameters than the kind reads (adagrad: epsilon and eps_outside).
+    assert kernels.apply_rows_rc("adagrad", 0.1, 0.0, [1e-7], rows, grads, var, [slot]) != 0
+    assert kernels.apply_rows_rc("adadelta", 0.1, 0.0, [0.9], rows, grads, var, [slot, slot]) != 0
     assert kernels.apply_rows_rc("sgd", 0.1, 0.0, [], rows, grads, var, []) == 0
 
 
