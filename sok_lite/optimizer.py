@@ -306,9 +306,12 @@ class OptimizerWrapper:
     Ftrl, RMSprop, Adamax, Adadelta) an object whose other attributes (learning_rate,
     iterations, ...) are the wrapped optimizer's.
 
-    Legacy optimizers update the touched rows with their own equations, `decay` included; legacy
-    Adam (and RMSprop without momentum) decays the moments of every row at every step, where the
-    row-wise kernel stays lazy (the same result on rows that have a gradient at every step).
+    tf_keras optimizers (tf_keras.optimizers SGD, Adam, AdamW, Adagrad, RMSprop, Ftrl, Adamax,
+    Adadelta) and legacy ones update the touched rows with their own equations (legacy: `decay`
+    included). Several of them, given IndexedSlices, also change rows without a gradient (tf_keras
+    SGD with momentum, Adam, RMSprop, Ftrl, Adamax, Adadelta; legacy Adam, RMSprop without
+    momentum): the row-wise kernels stay lazy, changing only rows with a gradient and their slots,
+    so the result is the same on rows that have a gradient at every step.
     """
 
     def __new__(cls, optimizer):

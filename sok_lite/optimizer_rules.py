@@ -132,16 +132,34 @@ _RULES = [
 ]
 
 
+# --- tf_keras optimizers (tf_keras.optimizers.*, what tf.keras.optimizers is with tf_keras) ----
+#
+# They share Keras 3's attribute names, slot attributes and, on the rows that have a gradient,
+# its equations (epsilon inside the square root for RMSprop, sqrt(acc + eps) for Adagrad).
+# Given IndexedSlices, only SGD without momentum and Adagrad stay lazy; the others decay the
+# slots of every row at every step (SGD with momentum, RMSprop, Adamax, Adadelta), move every
+# row with a non-zero moment (SGD with momentum, RMSprop with momentum, Adamax, Adam), or
+# recompute every row from its slots (Ftrl). The row-wise kernels stay lazy: equal to tf_keras
+# on rows that have a gradient at every step, and otherwise to the same equations applied to the
+# touched rows only.
+
+
 def _tf_keras_rules():
-    """tf_keras (TF_USE_LEGACY_KERAS=1) optimizers share the attribute names we read."""
     try:
         import tf_keras
     except ImportError:
         return []
+    o = tf_keras.optimizers
+    # AdamW is no subclass of Adam in tf_keras; its weight decay is the base class' weight_decay.
     return [
-        (tf_keras.optimizers.Adam, _adam),
-        (tf_keras.optimizers.SGD, _sgd),
-        (tf_keras.optimizers.Adagrad, _adagrad),
+        (o.Adam, _adam),
+        (o.AdamW, _adam),
+        (o.SGD, _sgd),
+        (o.Adagrad, _adagrad),
+        (o.RMSprop, _rmsprop),
+        (o.Ftrl, _ftrl),
+        (o.Adamax, _adamax),
+        (o.Adadelta, _adadelta),
     ]
 
 
@@ -312,11 +330,13 @@ def rule_for(optimizer) -> Rule:
     Raises:
       ValueError: an optimizer class without a row-wise kernel.
     """
-    legacy = _legacy_rules()
-    for cls, make in _RULES + _tf_keras_rules() + legacy:
+    legacy, tf_keras_rules = _legacy_rules(), _tf_keras_rules()
+    for cls, make in _RULES + tf_keras_rules + legacy:
         if isinstance(optimizer, cls):
             return make(optimizer)
     supported = ", ".join(cls.__name__ for cls, _ in _RULES)
+    if tf_keras_rules:
+        supported += "; tf_keras.optimizers " + ", ".join(cls.__name__ for cls, _ in tf_keras_rules)
     if legacy:
         supported += "; tf_keras.optimizers.legacy " + ", ".join(cls.__name__ for cls, _ in legacy)
     raise ValueError(
