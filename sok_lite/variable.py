@@ -149,6 +149,24 @@ class Variable(ResourceVariable):
     def placement(self) -> Placement:
         return self._placement
 
+    @property
+    def target_gpu(self) -> int:
+        """As in SOK: K for mode "localized:K", -1 for "distributed"."""
+        return self._placement.rank if self._placement.kind == "localized" else -1
+
+    @property
+    def num_gpus(self) -> int:
+        """As in SOK: the number of ranks of the job (a rank is one device)."""
+        return comm.current().num_ranks
+
+    def key_map(self, indices):
+        """As in SOK: the local rows of global row ids that this rank owns (distributed: id // N;
+        localized: the id itself)."""
+        indices = tf.convert_to_tensor(indices)
+        if self._placement.kind == "localized":
+            return indices
+        return indices // tf.cast(comm.current().num_ranks, indices.dtype)
+
     @classmethod
     def local_slot(cls, primary: "Variable", local_value, name: str) -> "Variable":
         """A non-trainable variable with `primary`'s placement, from this rank's local value.

@@ -337,3 +337,13 @@ def test_sgd_learning_rate_variable_drives_the_step():
     _, values = sok.export(table)
     np.testing.assert_allclose(values.numpy(), [[-1.25, -1.25]])
     assert opt.apply_gradients([(None, table)]) is None
+
+
+def test_variable_has_sok_placement_attributes():
+    distributed = sok.Variable(np.zeros([6, 2]), dtype=tf.float32)
+    localized = sok.Variable(np.zeros([6, 2]), dtype=tf.float32, mode="localized:0")
+    assert (distributed.target_gpu, localized.target_gpu) == (-1, 0)
+    assert distributed.num_gpus == localized.num_gpus == sok.num_ranks() == 1
+    ids = tf.constant([0, 5, 3], tf.int64)
+    np.testing.assert_array_equal(distributed.key_map(ids).numpy(), [0, 5, 3])
+    np.testing.assert_array_equal(localized.key_map(ids).numpy(), [0, 5, 3])
