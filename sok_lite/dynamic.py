@@ -354,7 +354,7 @@ class DynamicVariable(BaseResourceVariable):
     @property
     def target_gpu(self) -> int:
         """As in SOK: K for mode "localized:K", -1 for "distributed"."""
-        return self._placement.rank if self._placement.kind == "localized" else -1
+        return self._placement.target_gpu
 
     @property
     def num_gpus(self) -> int:

@@ -32,6 +32,11 @@ class Placement:
     def mode(self) -> str:
         return "distributed" if self.kind == "distributed" else f"localized:{self.rank}"
 
+    @property
+    def target_gpu(self) -> int:
+        """SOK's name for the owner: K for "localized:K", -1 for "distributed"."""
+        return self.rank if self.kind == "localized" else -1
+
     def local_rows(self, global_rows: int, rank: int, num_ranks: int) -> int:
         """Number of rows rank `rank` holds of a table with `global_rows` rows."""
         if self.kind == "localized":
