@@ -162,7 +162,10 @@ def dump(path, variables, optimizer=None, since_step: int | None = None) -> None
     """
     if since_step is not None and optimizer is None:
         raise ValueError("an incremental dump (since_step) needs the optimizer")
-    optimizer = unwrap(optimizer)  # sok_lite's wrappers keep their state in the wrapped one
+    # The step count is the object's given (a SOK-style wrapper counts its own steps); the
+    # slots are the wrapped optimizer's.
+    iterations = None if optimizer is None else int(optimizer.iterations.numpy())
+    optimizer = unwrap(optimizer)
     communicator = comm.current()
     rank = communicator.rank
     final = pathlib.Path(path)
@@ -206,7 +209,7 @@ def dump(path, variables, optimizer=None, since_step: int | None = None) -> None
             "version": VERSION,
             "world_size": communicator.num_ranks,
             "optimizer": None if optimizer is None else type(optimizer).__name__,
-            "iterations": None if optimizer is None else int(optimizer.iterations.numpy()),
+            "iterations": iterations,
             "since_step": since_step,
             "tables": [_table_meta(v, optimizer) for v in variables],
             "files": {},
@@ -342,7 +345,8 @@ def load(path, variables, optimizer=None) -> None:
     ...
     sok_lite.checkpoint.CheckpointError: ...
     """
-    optimizer = unwrap(optimizer)  # sok_lite's wrappers keep their state in the wrapped one
+    step_counter = None if optimizer is None else optimizer.iterations  # as in dump
+    optimizer = unwrap(optimizer)
     communicator = comm.current()
     paths = [pathlib.Path(p) for p in (path if isinstance(path, (list, tuple)) else [path])]
     manifests = [_read_manifest(p) for p in paths]
@@ -414,5 +418,5 @@ def load(path, variables, optimizer=None) -> None:
         var.assign(
             tf.constant(ids), tf.constant(rows, tf.float32), with_slots=with_slots, step=step
         )
-    if optimizer is not None and iterations is not None:
-        optimizer.iterations.assign(iterations)
+    if step_counter is not None and iterations is not None:
+        step_counter.assign(iterations)

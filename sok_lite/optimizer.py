@@ -296,6 +296,18 @@ class OptimizerScope:
         return False
 
 
+@contextlib.contextmanager
+def _counting_with(optimizer, iterations):
+    """The optimizer reads and advances `iterations` as its own for the block (tf_keras and
+    legacy optimizers both keep their step counter in `_iterations`)."""
+    saved = optimizer._iterations
+    optimizer._iterations = iterations
+    try:
+        yield
+    finally:
+        optimizer._iterations = saved
+
+
 class OptimizerWrapper:
     """A Keras optimizer whose apply_gradients routes sok_lite tables to row-wise kernels.
 
@@ -312,6 +324,11 @@ class OptimizerWrapper:
     SGD with momentum, Adam, RMSprop, Ftrl, Adamax, Adadelta; legacy Adam, RMSprop without
     momentum): the row-wise kernels stay lazy, changing only rows with a gradient and their slots,
     so the result is the same on rows that have a gradient at every step.
+
+    As SOK's wrapper does, this one counts its own steps: `iterations` is the wrapper's, and
+    while it applies a step the wrapped optimizer sees that count (bias corrections, schedules,
+    legacy `decay`), so steps the wrapped optimizer takes on its own (say, on dense weights)
+    neither advance nor read it. sok_lite.dump/load save and restore the wrapper's count.
     """
 
     def __new__(cls, optimizer):
@@ -324,20 +341,33 @@ class OptimizerWrapper:
 
     def __init__(self, optimizer):
         self._optimizer = optimizer
+        self._iterations = tf.Variable(
+            0,
+            dtype=tf.int64,
+            trainable=False,
+            name="iter",
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,  # as Keras' own counter
+        )
 
     @property
     def optimizer(self):
         return self._optimizer
 
+    @property
+    def iterations(self) -> tf.Variable:
+        """The steps this wrapper has applied (not those the wrapped optimizer took alone)."""
+        return self._iterations
+
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
         kwargs.pop("experimental_aggregate_gradients", None)  # SOK-era argument: no meaning here
         keras_apply = type(self._optimizer).apply_gradients
-        return apply_gradients(
-            self._optimizer,
-            grads_and_vars,
-            lambda o, gv: keras_apply(o, gv, *args, **kwargs),
-            _is_table,
-        )
+        with _counting_with(self._optimizer, self._iterations):
+            return apply_gradients(
+                self._optimizer,
+                grads_and_vars,
+                lambda o, gv: keras_apply(o, gv, *args, **kwargs),
+                _is_table,
+            )
 
     def __getattr__(self, name):
         return getattr(self._optimizer, name)

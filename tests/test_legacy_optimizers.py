@@ -140,6 +140,9 @@ def run_ours(case, init, gradient_steps, how):
     fn = tf.function(apply) if how == "wrapper_function" else apply
     for rows, g in gradient_steps:
         fn(tf.constant(rows, tf.int64), tf.constant(g))
+    if how != "scope":  # the wrapper counts its own steps, as SOK's does
+        assert int(opt.iterations) == 0
+        return table, wrapped
     return table, opt
 
 
@@ -202,7 +205,26 @@ def test_learning_rate_schedule_and_a_dense_variable_in_the_same_call():
         ref_opt.apply_gradients([(grad(rows, g), ref_table), (dense_grad, ref_dense)])
     np.testing.assert_allclose(table.numpy(), ref_table.numpy(), rtol=1e-9)
     np.testing.assert_allclose(dense.numpy(), ref_dense.numpy(), rtol=1e-12)
-    assert int(opt.iterations) == STEPS
+    assert int(wrapped.iterations) == STEPS and int(opt.iterations) == 0
+
+
+@pytest.mark.parametrize("case", ["adamax", "adam_decay", "sgd_decay"])
+def test_wrapper_counts_its_own_steps_when_the_optimizer_is_shared(case):
+    """As with SOK's wrapper: one optimizer, wrapped for a table and also used alone on a
+    tf.Variable, interleaved. Each side's step-dependent terms (bias correction, legacy decay)
+    see only its own steps, so both equal a run with two separate optimizers."""
+    init, gradient_steps = init_table(11), steps(12)
+    shared = make(case)
+    wrapped = sok.OptimizerWrapper(shared)
+    table, plain = sok.Variable(init, dtype=tf.float64), tf.Variable(init)
+    for rows, g in gradient_steps:
+        wrapped.apply_gradients([(grad(rows, g), table)])
+        shared.apply_gradients([(grad(rows, g), plain)])
+    assert int(wrapped.iterations) == STEPS and int(shared.iterations) == STEPS
+    separate, _ = run_ours(case, init, gradient_steps, "wrapper")
+    reference, _ = run_legacy(case, init, gradient_steps)
+    np.testing.assert_array_equal(table.numpy(), separate.numpy())
+    np.testing.assert_allclose(plain.numpy(), reference.numpy(), rtol=1e-12)
 
 
 @pytest.mark.parametrize("clip", [{"clipvalue": 0.3}, {"clipnorm": 0.5}, {"global_clipnorm": 0.7}])
@@ -372,7 +394,7 @@ LEGACY_KERAS_SCRIPT = textwrap.dedent(
     print(json.dumps({
         "keras": tf.keras.__name__,
         "optimizer": type(opt).__module__,
-        "iterations": int(opt.iterations),
+        "iterations": int(wrapped.iterations),
         "losses": losses,
         "changed": changed,
         "dense_changed": bool(np.any(dense.numpy() != 1.0)),
