@@ -4,7 +4,7 @@
     python scripts/gen_api_docs.py --check   # exit 1 if docs/api.md is out of date
 
 The public names are those of `sok_lite.__all__`, `sok_lite.keras.__all__`,
-`sok_lite.optimizers.__all__` and `sok_lite.compat.__all__`. A class also lists the public
+`sok_lite.optimizers.__all__` and `sok_lite.sok_v1.__all__`. A class also lists the public
 methods and properties that sok_lite defines on it and documents (framework overrides without
 a docstring of their own, such as a layer's `call`, are left out). Google-style docstrings
 become Markdown: sections (Args, Returns, Raises, ...) become bullet lists and doctests become
@@ -25,6 +25,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import sok_lite  # noqa: E402
+from sok_lite.table_kind import TableKind  # noqa: E402
 
 OUTPUT = REPO / "docs" / "api.md"
 COMMAND = "python scripts/gen_api_docs.py"
@@ -50,7 +51,7 @@ def public_sections() -> list[Section]:
         Section(sok_lite, [n for n in sok_lite.__all__ if n not in documented_elsewhere]),
         Section(sok_lite.optimizers, list(sok_lite.optimizers.__all__)),
         Section(sok_lite.keras, list(sok_lite.keras.__all__)),
-        Section(sok_lite.compat, list(sok_lite.compat.__all__)),
+        Section(sok_lite.sok_v1, list(sok_lite.sok_v1.__all__)),
     ]
 
 
@@ -64,12 +65,14 @@ def public_objects():
 def own_members(cls) -> list[tuple[str, object]]:
     """Public methods and properties that sok_lite classes of cls's MRO define (those only
     inherited from TF or Keras are theirs to document), by name."""
+    # The TableKind interface is described once, in docs/design.md, not under each table.
+    interface = set(vars(TableKind)) if issubclass(cls, TableKind) else set()
     members = {}
     for klass in reversed(cls.__mro__):
         if not klass.__module__.startswith("sok_lite"):
             continue
         for name, value in vars(klass).items():
-            if name.startswith("_"):
+            if name.startswith("_") or name in interface:
                 continue
             if isinstance(value, (property, classmethod, staticmethod)) or inspect.isfunction(
                 value
@@ -228,7 +231,7 @@ def heading_anchors(sections: list[Section]) -> dict[str, str]:
 
 def home_names() -> dict[int, str]:
     """For each exported object, the one name it is described under: that in the public
-    module closest to where it is defined (sok_lite.compat.Init rather than sok_lite.Init),
+    module closest to where it is defined (sok_lite.sok_v1.Init rather than sok_lite.Init),
     else the first (filter_variables rather than its alias)."""
     homes: dict[int, tuple[int, str]] = {}
     for qualified, obj in public_objects():
@@ -253,6 +256,12 @@ def _entry(qualified: str, obj, homes: dict[int, str], anchors: dict[str, str]) 
         base = obj.__mro__[1].__name__
         lines += [f"An exception (subclass of `{base}`).", ""]
     lines += docstring_markdown(obj.__doc__ or "") + [""]
+    if inspect.isclass(obj) and issubclass(obj, TableKind):
+        lines += [
+            "Implements `sok_lite.table_kind.TableKind`, the questions lookups, optimizers, "
+            "checkpoints and serving ask of a table: see [Table kinds](design.md#table-kinds).",
+            "",
+        ]
     if inspect.isclass(obj):
         for name, member in own_members(obj):
             # The member's own docstring: inspect.getdoc would inherit TF's or Keras'.
@@ -276,7 +285,7 @@ def render() -> str:
         f" then run `{COMMAND}`. -->",
         "",
         f"sok_lite {sok_lite.__version__}. `import sok_lite as sok`; the names below are those "
-        "of `sok.__all__`, `sok.optimizers`, `sok.keras` and `sok.compat`. Guides: "
+        "of `sok.__all__`, `sok.optimizers`, `sok.keras` and `sok.sok_v1`. Guides: "
         "[getting started](getting_started.md), [user guide](user_guide.md).",
         "",
     ]

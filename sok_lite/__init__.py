@@ -3,7 +3,6 @@
 from sok_lite import keras, optimizers
 from sok_lite.checkpoint import CheckpointError, dump, load
 from sok_lite.comm import init, num_ranks, rank
-from sok_lite.compat import All2AllDenseEmbedding, DistributedEmbedding, Init
 from sok_lite.dynamic import DynamicVariable
 from sok_lite.lookup import lookup_sparse
 from sok_lite.optimizer import (
@@ -28,6 +27,7 @@ from sok_lite.sok2 import (
     sparse_read_and_evict,
     tf_version,
 )
+from sok_lite.sok_v1 import All2AllDenseEmbedding, DistributedEmbedding, Init
 from sok_lite.variable import Variable
 
 __version__ = "0.1.0"

@@ -12,22 +12,12 @@ import os
 import pathlib
 import shutil
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from sok_lite import comm
-from sok_lite.dynamic import DynamicVariable
-from sok_lite.ops import dynamic_ops
 from sok_lite.optimizer_rules import rule_for, unwrap
-from sok_lite.slots import (
-    get_slots,
-    keras_slots,
-    knows_table,
-    stepped_row_wise,
-    updated_since,
-)
-from sok_lite.variable import Variable
+from sok_lite.table_kind import TableKind
 
 FORMAT = "sok_lite.checkpoint"
 VERSION = 1
@@ -67,77 +57,14 @@ def _slot_names(optimizer, var) -> list[str]:
 
 
 def _table_meta(var, optimizer) -> dict:
+    if not isinstance(var, TableKind):
+        raise TypeError(
+            f"'{_name(var)}': dump and load take sok_lite.Variable and DynamicVariable tables, "
+            f"got {type(var).__name__}"
+        )
     meta = {"name": _name(var), "dtype": var.dtype.name, "slots": _slot_names(optimizer, var)}
-    if isinstance(var, DynamicVariable):
-        meta.update(kind="dynamic", dim=var.dimension)
-    else:
-        mode = var.mode if isinstance(var, Variable) else "distributed"
-        shape = var.global_shape if isinstance(var, Variable) else var.shape
-        meta.update(kind="static", mode=mode, global_shape=shape.as_list(), dim=int(shape[1]))
+    meta.update(var.checkpoint_meta())
     return meta
-
-
-def _state_slots(optimizer, var) -> list:
-    """The variables that hold the optimizer state of static table `var`, in rule order.
-
-    sok_lite's slots once the row-wise kernels have stepped the table. Otherwise, if Keras was
-    built with the table, Keras' own slots: a table applied by Keras itself (outside
-    OptimizerScope) has its state there, and sok_lite's slots would only hold their fills.
-    """
-    rule = rule_for(optimizer)
-    if not stepped_row_wise(optimizer, var):
-        held = keras_slots(optimizer, var, rule)
-        if held is not None:
-            return [s.value if isinstance(s, keras.Variable) else s for s in held]
-    return get_slots(optimizer, var, rule.slots)
-
-
-def _static_chunks(var, optimizer, communicator, since_step=None):
-    """(global row ids, rows [n, dim * (1 + slots)]) of this rank's shard, chunk by chunk;
-    with since_step, only the rows an optimizer step after it changed."""
-    slots = _state_slots(optimizer, var) if optimizer else []
-    if since_step is None:
-        selected = tf.range(int(var.shape[0]), dtype=tf.int64)
-    else:
-        if (
-            not stepped_row_wise(optimizer, var)
-            and knows_table(optimizer, var)
-            and int(optimizer.iterations.numpy()) > since_step
-        ):
-            # Keras applied this table itself: which rows changed is not recorded.
-            raise ValueError(
-                f"table '{_name(var)}' was updated by Keras outside sok_lite.OptimizerScope: "
-                "its changed rows are unknown; save it with a full dump (no since_step), or "
-                "apply it under OptimizerScope"
-            )
-        selected = updated_since(optimizer, var, since_step)
-    rank, n = communicator.rank, communicator.num_ranks
-    placement = var.placement if isinstance(var, Variable) else None
-    total = int(selected.shape[0])
-    for start in range(0, total, CHUNK_ROWS):
-        idx = selected[start : start + CHUNK_ROWS]
-        parts = [var.sparse_read(idx)] + [s.sparse_read(idx) for s in slots]
-        local = idx.numpy()
-        if placement is None or placement.kind == "distributed":
-            ids = local * n + rank
-        else:
-            ids = local
-        yield ids, np.concatenate([p.numpy() for p in parts], axis=1)
-
-
-def _dynamic_chunks(var, optimizer, since_step=None):
-    keys, rows = var.export(with_slots=optimizer is not None, since_step=since_step)
-    keys, rows = keys.numpy().astype(np.int64), rows.numpy()
-    if optimizer is not None:
-        # A table the optimizer has not stepped yet has no slots laid out: save the values
-        # its slots will start from, so that every checkpoint row has the manifest's width.
-        fills = [fill for _, fill in rule_for(optimizer).slots]
-        missing = fills[rows.shape[1] // var.dimension - 1 :]
-        if missing:
-            pad = np.repeat(np.float32(missing), var.dimension)
-            rows = np.concatenate([rows, np.broadcast_to(pad, (len(rows), len(pad)))], axis=1)
-    for start in range(0, max(len(keys), 1), CHUNK_ROWS):
-        yield keys[start : start + CHUNK_ROWS], rows[start : start + CHUNK_ROWS]
 
 
 def dump(path, variables, optimizer=None, since_step: int | None = None) -> None:
@@ -166,6 +93,7 @@ def dump(path, variables, optimizer=None, since_step: int | None = None) -> None
     # slots are the wrapped optimizer's.
     iterations = None if optimizer is None else int(optimizer.iterations.numpy())
     optimizer = unwrap(optimizer)
+    metas = [_table_meta(v, optimizer) for v in variables]  # refuses a non-table first
     communicator = comm.current()
     rank = communicator.rank
     final = pathlib.Path(path)
@@ -176,11 +104,7 @@ def dump(path, variables, optimizer=None, since_step: int | None = None) -> None
     _barrier(communicator)
     files = {}
     for t, var in enumerate(variables):
-        chunks = (
-            _dynamic_chunks(var, optimizer, since_step)
-            if isinstance(var, DynamicVariable)
-            else _static_chunks(var, optimizer, communicator, since_step)
-        )
+        chunks = var.checkpoint_chunks(optimizer, since_step, CHUNK_ROWS)
         ids_file = tmp / f"t{t}.r{rank}.ids"
         rows_file = tmp / f"t{t}.r{rank}.rows"
         count, width = 0, None
@@ -211,7 +135,7 @@ def dump(path, variables, optimizer=None, since_step: int | None = None) -> None
             "optimizer": None if optimizer is None else type(optimizer).__name__,
             "iterations": iterations,
             "since_step": since_step,
-            "tables": [_table_meta(v, optimizer) for v in variables],
+            "tables": metas,
             "files": {},
         }
         for r in range(communicator.num_ranks):
@@ -298,21 +222,12 @@ def _owned_rows(final, manifest, t, var, width_out, communicator):
                 k = min(CHUNK_ROWS, count - start)
                 ids = np.frombuffer(fi.read(8 * k), "<i8")
                 rows = np.frombuffer(fr.read(dtype.itemsize * k * width), dtype).reshape(k, width)
-                if var.placement.kind == "localized":  # static or hash table: all on rank K
-                    mine = np.full(len(ids), var.placement.rank == rank)
-                elif isinstance(var, DynamicVariable):
-                    mine = hash_owner(ids, n) == rank
-                else:
-                    mine = ids % n == rank
+                mine = var.owners(ids, n) == rank
                 keep_ids.append(ids[mine])
                 keep_rows.append(rows[mine, :width_out])
     ids = np.concatenate(keep_ids) if keep_ids else np.zeros([0], np.int64)
     rows = np.concatenate(keep_rows) if keep_rows else np.zeros([0, width_out], dtype)
     return ids, rows
-
-
-def _static_local(ids, var, communicator):
-    return ids // communicator.num_ranks if var.placement.kind == "distributed" else ids
 
 
 def load(path, variables, optimizer=None) -> None:
@@ -368,19 +283,20 @@ def load(path, variables, optimizer=None) -> None:
         slots = len(meta["slots"]) if optimizer is not None else 0
         width = meta["dim"] * (1 + slots)
         ids, rows = _owned_rows(paths[0], manifests[0], t, var, width, communicator)
-        if meta["kind"] == "static":
+        if not var.keyed:  # row numbers: every local row once, increments overwrite rows
             local_rows = int(var.shape[0])
-            local = _static_local(ids, var, communicator)
+            local = var.local_ids(ids, communicator.num_ranks)
             if len(local) != local_rows or set(local.tolist()) != set(range(local_rows)):
                 raise CheckpointError(
                     f"{paths[0]}: table '{meta['name']}' has {len(local)} "
                     f"rows for this rank's {local_rows}"
                 )
-            rows = rows[np.argsort(local)]
+            order = np.argsort(local)
+            ids, rows = ids[order], rows[order]
             for p, manifest in zip(paths[1:], manifests[1:]):
                 inc_ids, inc_rows = _owned_rows(p, manifest, t, var, width, communicator)
-                rows[_static_local(inc_ids, var, communicator)] = inc_rows
-        else:
+                rows[var.local_ids(inc_ids, communicator.num_ranks)] = inc_rows
+        else:  # keys: the union of the chain
             parts_ids, parts_rows = [ids], [rows]
             for p, manifest in zip(paths[1:], manifests[1:]):
                 inc_ids, inc_rows = _owned_rows(p, manifest, t, var, width, communicator)
@@ -391,32 +307,11 @@ def load(path, variables, optimizer=None) -> None:
             _, last = np.unique(all_ids[::-1], return_index=True)
             keep = len(all_ids) - 1 - last
             ids, rows = all_ids[keep], all_rows[keep]
-        prepared.append((meta, var, ids, rows))
+        prepared.append((var, ids, rows))
 
     # Everything is read and checked: now assign.
     iterations = manifests[-1].get("iterations")
-    for meta, var, ids, rows in prepared:
-        dim = meta["dim"]
-        if meta["kind"] == "static":
-            var.assign(rows[:, :dim])
-            if optimizer is not None:
-                rule = rule_for(optimizer)
-                slot_vars = get_slots(optimizer, var, rule.slots)
-                # Keras' own slots too, where Keras was built with the table: training that
-                # goes on outside OptimizerScope reads those.
-                held = keras_slots(optimizer, var, rule) or [None] * len(slot_vars)
-                for i, (slot, keras_slot) in enumerate(zip(slot_vars, held)):
-                    value = rows[:, dim * (i + 1) : dim * (i + 2)]
-                    slot.assign(value)
-                    if keras_slot is not None:
-                        keras_slot.assign(value)
-            continue
-        dynamic_ops.clear(var.handle)
-        # With slots, assign lays them out in the table first (see SokLiteDynamicAssign).
-        with_slots = optimizer is not None and bool(meta["slots"])
-        step = -1 if iterations is None else iterations
-        var.assign(
-            tf.constant(ids), tf.constant(rows, tf.float32), with_slots=with_slots, step=step
-        )
+    for var, ids, rows in prepared:
+        var.checkpoint_restore(ids, rows, optimizer, iterations)
     if step_counter is not None and iterations is not None:
         step_counter.assign(iterations)

@@ -9,11 +9,18 @@ import numpy as np
 import tensorflow as tf
 
 from sok_lite import comm
-from sok_lite._compat import BaseResourceVariable, variable_accessed
+from sok_lite._tf_internals import BaseResourceVariable, variable_accessed
+
+# The key -> rank hash of the kernels (it moves to sok_lite.key_hash).
+from sok_lite.checkpoint import hash_owner
 from sok_lite.comm.shards import create_shards
 from sok_lite.initializers import RowInitializer, row_initializer
+from sok_lite.lookup import lookup_sparse
 from sok_lite.ops import dynamic_ops
+from sok_lite.optimizer_rules import rule_for
 from sok_lite.placement import Placement
+from sok_lite.serving import ServingTable
+from sok_lite.table_kind import OWNER_BY_HASH, TableKind
 
 _table_ids = itertools.count()
 
@@ -97,7 +104,7 @@ tf.register_tensor_conversion_function(
 )
 
 
-class DynamicVariable(BaseResourceVariable):
+class DynamicVariable(BaseResourceVariable, TableKind):
     """An embedding table keyed by arbitrary int64 (or int32) ids, grown as keys appear.
 
     Memory follows the keys actually seen, not the key space: a row is created the first time
@@ -423,8 +430,6 @@ class DynamicVariable(BaseResourceVariable):
                     f"dynamic table '{self._label}'",
                 )
             else:
-                from sok_lite.lookup import lookup_sparse  # lookup imports this module
-
                 # One key per sample: the owners' rows, each "combined" alone.
                 rows = lookup_sparse(self, tf.expand_dims(flat, 1), hotness=1)
             out = tf.reshape(rows, tf.concat([tf.shape(keys), [self._dimension]], 0))
@@ -503,6 +508,105 @@ class DynamicVariable(BaseResourceVariable):
 
     def _dense_var_to_tensor(self, *args, **kwargs):
         return self.value()
+
+    # --- TableKind: key k on rank hash(k) % N (or every key on rank K) ---------------------
+
+    keyed = True
+    checkpoint_kind = "dynamic"
+    apply_op = "SokLiteDynamicApply"
+    id_limit = -1  # any key
+
+    @property
+    def owner_code(self) -> int:
+        return self._placement.rank if self._placement.kind == "localized" else OWNER_BY_HASH
+
+    @property
+    def id_dtypes(self) -> tuple:
+        return (tf.int32,) if self._key_dtype == tf.int32 else (tf.int32, tf.int64)
+
+    def owners(self, ids: np.ndarray, num_ranks: int) -> np.ndarray:
+        if self._placement.kind == "localized":
+            return np.full(len(ids), self._placement.rank)
+        return hash_owner(ids, num_ranks)
+
+    def local_ids(self, ids, num_ranks):
+        return ids  # a hash table stores rows by key
+
+    @staticmethod
+    def read_local(tables, ids, labels) -> list:
+        return [
+            dynamic_ops.lookup(t.handle, i, t.dimension, label)
+            for t, i, label in zip(tables, ids, labels)
+        ]
+
+    def combines_in_place(self, num_ranks: int) -> bool:
+        # On one rank's CPU the dedup and the [unique, dim] copy of the rows cost more than
+        # probing every id.
+        if num_ranks != 1:
+            return False
+        return tf.DeviceSpec.from_string(self.handle.device).device_type in (None, "CPU")
+
+    def lookup_combine(self, ids, splits, weights, combiner, hotness, label):
+        return dynamic_ops.lookup_combine(
+            self.handle, ids, splits, weights, self._dimension, combiner, hotness, label
+        )
+
+    def gradient_rows(self, values, indices) -> tf.IndexedSlices:
+        return tf.IndexedSlices(values, indices)  # indices are keys: no dense shape
+
+    def apply_rows(self, optimizer, rule, grad, hyper, step) -> None:
+        # Slots live in the hash table beside each row.
+        slot_init = [fill for _, fill in rule.slots]
+        label = f"dynamic table '{self._label}'"
+        dynamic_ops.apply(
+            self.handle, grad.indices, grad.values, hyper, rule.kind, slot_init, label, step
+        )
+
+    def slot_variables(self, optimizer, rule) -> None:
+        return None
+
+    def checkpoint_meta(self) -> dict:
+        return {"kind": self.checkpoint_kind, "dim": self._dimension}
+
+    def checkpoint_chunks(self, optimizer, since_step, chunk_rows):
+        keys, rows = self.export(with_slots=optimizer is not None, since_step=since_step)
+        keys, rows = keys.numpy().astype(np.int64), rows.numpy()
+        if optimizer is not None:
+            # A table the optimizer has not stepped yet has no slots laid out: save the values
+            # its slots will start from, so that every checkpoint row has the manifest's width.
+            fills = [fill for _, fill in rule_for(optimizer).slots]
+            missing = fills[rows.shape[1] // self._dimension - 1 :]
+            if missing:
+                pad = np.repeat(np.float32(missing), self._dimension)
+                rows = np.concatenate([rows, np.broadcast_to(pad, (len(rows), len(pad)))], axis=1)
+        for start in range(0, max(len(keys), 1), chunk_rows):
+            yield keys[start : start + chunk_rows], rows[start : start + chunk_rows]
+
+    def checkpoint_restore(self, ids, rows, optimizer, step) -> None:
+        dynamic_ops.clear(self.handle)
+        # With slots, assign lays them out in the table first (see SokLiteDynamicAssign).
+        with_slots = optimizer is not None and bool(rule_for(optimizer).slots)
+        self.assign(
+            tf.constant(ids),
+            tf.constant(rows, tf.float32),
+            with_slots=with_slots,
+            step=-1 if step is None else step,
+        )
+
+    def export_rows(self):
+        return self.export()
+
+    def assign_rows(self, ids, values) -> None:
+        self.assign(ids, values)
+
+    def serving_copy(self) -> ServingTable:
+        keys, values = self.export()
+        keys = comm.current().allgather(tf.cast(keys, tf.int64))
+        values = comm.current().allgather(values)
+        index = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(keys, tf.range(tf.size(keys, tf.int64))), -1
+        )
+        return ServingTable(tf.Variable(values, trainable=False), index, self._init)
 
     def __repr__(self):
         return (

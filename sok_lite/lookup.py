@@ -5,13 +5,13 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from sok_lite import comm
-from sok_lite._compat import ResourceVariable, variable_accessed
+from sok_lite._tf_internals import ResourceVariable, variable_accessed
 from sok_lite.comm.shards import local_shard
-from sok_lite.dynamic import DynamicVariable
-from sok_lite.ops import dynamic_ops, exchange_ops, lookup_ops
+from sok_lite.ops import exchange_ops, lookup_ops
 from sok_lite.ragged_input import ids_parts, weight_values
 from sok_lite.serving import active_table, combine
-from sok_lite.variable import Variable
+from sok_lite.table_kind import TableKind
+from sok_lite.variable import read_rows
 
 COMBINERS = ("sum", "mean", "sqrtn")
 
@@ -31,7 +31,7 @@ def _table_name(var) -> str:
 
 
 def _check_param(var, table: int) -> None:
-    if not isinstance(var, (ResourceVariable, DynamicVariable)):
+    if not isinstance(var, (ResourceVariable, TableKind)):
         raise ValueError(
             f"table {table}: params must be sok_lite.Variable (or a resource "
             f"tf.Variable with one rank), got {type(var).__name__}"
@@ -125,13 +125,11 @@ def lookup_sparse(
     with tf.name_scope(name or "sok_lite_lookup_sparse"):
         labels = [f"table {t} ('{_table_name(v)}')" for t, v in enumerate(params)]
         for t, (var, x) in enumerate(zip(params, sp_ids)):
-            if (
-                isinstance(var, DynamicVariable)
-                and var.key_dtype == tf.int32
-                and x.dtype != tf.int32
-            ):
+            accepted = var.id_dtypes if isinstance(var, TableKind) else (tf.int32, tf.int64)
+            if x.dtype in (tf.int32, tf.int64) and x.dtype not in accepted:
                 raise ValueError(
-                    f"{labels[t]}: keys must be int32 for this table, got {x.dtype.name}"
+                    f"{labels[t]}: keys must be {' or '.join(d.name for d in accepted)} for "
+                    f"this table, got {x.dtype.name}"
                 )
         parts = [ids_parts(x, labels[t]) for t, x in enumerate(sp_ids)]
         ids = [p[0] for p in parts]
@@ -145,7 +143,7 @@ def lookup_sparse(
         for var in params:
             variable_accessed(var)
         outputs = [None] * n
-        fused = [t for t, v in enumerate(params) if _fused_lookup(v, communicator)]
+        fused = [t for t, v in enumerate(params) if _fused_lookup(v, communicator.num_ranks)]
         rest = [t for t in range(n) if t not in fused]
         checks = []
         if rest:
@@ -169,9 +167,8 @@ def lookup_sparse(
             checks += [_hotness_check(splits[t], hot[t], labels[t]) for t in fused if hot[t]]
         with tf.control_dependencies(checks):
             for t in fused:
-                var = params[t]
-                outputs[t] = dynamic_ops.lookup_combine(
-                    var.handle, ids[t], splits[t], w[t], var.dimension, comb[t], hot[t], labels[t]
+                outputs[t] = params[t].lookup_combine(
+                    ids[t], splits[t], w[t], comb[t], hot[t], labels[t]
                 )
     return outputs[0] if single else outputs
 
@@ -187,12 +184,9 @@ def _hotness_check(splits, hotness: int, label: str):
     )
 
 
-def _fused_lookup(var, communicator) -> bool:
-    """A hash table on one rank's CPU is looked up and combined in one op, ids not deduplicated:
-    on CPU the dedup and the [unique, dim] copy of the rows cost more than probing every id."""
-    if not isinstance(var, DynamicVariable) or communicator.num_ranks != 1:
-        return False
-    return tf.DeviceSpec.from_string(var.handle.device).device_type in (None, "CPU")
+def _fused_lookup(var, num_ranks: int) -> bool:
+    """Whether the table looks up and combines its ids in one op, without deduplication."""
+    return isinstance(var, TableKind) and var.combines_in_place(num_ranks)
 
 
 def _deduplicated_lookup(params, ids, splits, weights, hot, comb, labels, communicator):
@@ -235,9 +229,10 @@ def _serving_lookup(serving, sp_ids, weights, comb, params, single, name):
 
 
 def _global_rows(var) -> int:
-    if isinstance(var, DynamicVariable):
-        return -1  # any key
-    rows = var.global_shape[0] if isinstance(var, Variable) else var.shape[0]
+    """The number of valid ids; -1 for any key."""
+    if isinstance(var, TableKind):
+        return var.id_limit
+    rows = var.shape[0]
     return -1 if rows is None else int(rows)
 
 
@@ -251,7 +246,7 @@ def _dtype_groups(params) -> list[list[int]]:
 
 def _check_distributed_params(params) -> None:
     for t, var in enumerate(params):
-        if not isinstance(var, (Variable, DynamicVariable)):
+        if not isinstance(var, TableKind):
             raise ValueError(
                 f"table {t} ('{_table_name(var)}'): with several ranks every table must be a "
                 f"sok_lite.Variable or DynamicVariable, got {type(var).__name__}"
@@ -263,31 +258,28 @@ def _check_distributed_params(params) -> None:
             )
 
 
+def _reader(var):
+    """How the rows of `var` are read on this rank; a plain resource variable (one rank only)
+    is read as a sok_lite.Variable is."""
+    return var.read_local if isinstance(var, TableKind) else read_rows
+
+
 def _local_rows(params, unique, labels) -> list:
-    """One rank: every row is here; read the unique rows in place (hash tables: find or create)."""
-    rows = [None] * len(params)
-    static = [t for t, v in enumerate(params) if not isinstance(v, DynamicVariable)]
-    for group in _dtype_groups([params[t] for t in static]):
-        group = [static[i] for i in group]
-        gathered = lookup_ops.gather_rows(
-            [params[t].handle for t in group],
-            [unique[t] for t in group],
-            params[group[0]].dtype,
-            [labels[t] for t in group],
-        )
-        for t, r in zip(group, gathered):
-            rows[t] = r
+    """One rank: every row is here; read the unique rows in place (hash tables: find or create).
+
+    Tables read the same way and of one dtype are read together, in one op where the kind can.
+    """
+    groups: dict = {}
     for t, var in enumerate(params):
-        if isinstance(var, DynamicVariable):
-            rows[t] = dynamic_ops.lookup(var.handle, unique[t], var.dimension, labels[t])
+        groups.setdefault((_reader(var), var.dtype), []).append(t)
+    rows = [None] * len(params)
+    for (read, _), group in groups.items():
+        found = read(
+            [params[t] for t in group], [unique[t] for t in group], [labels[t] for t in group]
+        )
+        for t, r in zip(group, found):
+            rows[t] = r
     return rows
-
-
-def _owner_code(var) -> int:
-    """How PartitionByOwner finds the owner: -1 distributed, -2 hashed key, K localized:K."""
-    if var.placement.kind == "localized":
-        return var.placement.rank
-    return -2 if isinstance(var, DynamicVariable) else -1
 
 
 def _exchanged_rows(params, unique, labels, communicator) -> list:
@@ -296,13 +288,13 @@ def _exchanged_rows(params, unique, labels, communicator) -> list:
     The id message carries per-table counts in front of each destination's ids, so one
     all-to-all of ids and one of vectors serve every table of the call.
     """
-    localized = [_owner_code(v) for v in params]
+    localized = [v.owner_code for v in params]
     message, splits, counts, send_pos = exchange_ops.partition_by_owner(
         unique, communicator.num_ranks, localized
     )
     received, received_splits = communicator.alltoall(message, splits)
     dims = [int(v.shape[1]) for v in params]
-    dynamic = [isinstance(v, DynamicVariable) for v in params]
+    dynamic = [v.keyed for v in params]
     vectors, vector_splits = exchange_ops.gather_for_peers(
         [v.handle for v in params],
         received,

@@ -304,24 +304,23 @@ def _legacy_rules():
     ]
 
 
+class WrapsOptimizer:
+    """Marks sok_lite's wrappers of an optimizer (sok_lite.keras.OptimizerWrapper,
+    sok_lite.optimizer.TFKerasOptimizerWrapper); `optimizer` is the wrapped one."""
+
+    optimizer = None
+
+
 def unwrap(optimizer):
-    """The Keras optimizer inside sok_lite's own wrappers (sok_lite.OptimizerWrapper,
+    """The optimizer inside sok_lite's own wrappers (sok_lite.OptimizerWrapper,
     sok_lite.keras.OptimizerWrapper, sok_lite.optimizers.*), or `optimizer` itself.
 
     Slots, update records and rules belong to the wrapped optimizer: the functions that take
     a user's optimizer (dump, load, opt_slots) look them up through this.
     """
-    # Imported here: both wrapper modules import this one.
-    from sok_lite.keras.optimizer import OptimizerWrapper as KerasOptimizerWrapper
-    from sok_lite.optimizer import OptimizerWrapper
-
-    while True:
-        if isinstance(optimizer, KerasOptimizerWrapper):
-            optimizer = optimizer.inner_optimizer
-        elif isinstance(optimizer, OptimizerWrapper):
-            optimizer = optimizer.optimizer
-        else:
-            return optimizer
+    while isinstance(optimizer, WrapsOptimizer):
+        optimizer = optimizer.optimizer
+    return optimizer
 
 
 def rule_for(optimizer) -> Rule:

@@ -1,6 +1,7 @@
 """sok_lite.optimizers.SGD / Adam / ...: Keras optimizers that update sok_lite tables row-wise.
 
-Each is the Keras 3 optimizer of the same name wrapped in OptimizerWrapper, so it runs the same
+Each is the Keras 3 optimizer of the same name wrapped in sok_lite.keras.OptimizerWrapper (what
+sok_lite.OptimizerWrapper returns for a Keras 3 optimizer), so it runs the same
 fused kernels as OptimizerScope; dense variables passed to it are updated by Keras.
 
 >>> import numpy as np, tensorflow as tf, sok_lite as sok
@@ -13,7 +14,7 @@ fused kernels as OptimizerScope; dense variables passed to it are updated by Ker
 
 import keras
 
-from sok_lite.optimizer import OptimizerWrapper
+from sok_lite.keras.optimizer import OptimizerWrapper
 
 
 def _factory(keras_class):
@@ -21,7 +22,9 @@ def _factory(keras_class):
         return OptimizerWrapper(keras_class(*args, **kwargs))
 
     make.__name__ = keras_class.__name__
-    make.__doc__ = f"keras.optimizers.{keras_class.__name__}(...) wrapped in OptimizerWrapper."
+    make.__doc__ = (
+        f"keras.optimizers.{keras_class.__name__}(...) wrapped in sok_lite.keras.OptimizerWrapper."
+    )
     return make
 
 

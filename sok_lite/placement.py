@@ -2,6 +2,8 @@
 
 import dataclasses
 
+from sok_lite.table_kind import rows_held
+
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
@@ -41,4 +43,4 @@ class Placement:
         """Number of rows rank `rank` holds of a table with `global_rows` rows."""
         if self.kind == "localized":
             return global_rows if rank == self.rank else 0
-        return max(0, (global_rows - rank + num_ranks - 1) // num_ranks)
+        return rows_held(global_rows, rank, num_ranks)

@@ -13,13 +13,11 @@ Memory: the exporting process holds every table whole (gathered from all ranks) 
 import contextlib
 import dataclasses
 
-import numpy as np
 import tensorflow as tf
 
 from sok_lite import comm
-from sok_lite.dynamic import DynamicVariable
 from sok_lite.serving_init import initial_rows
-from sok_lite.variable import Variable
+from sok_lite.table_kind import TableKind
 
 _active: dict | None = None  # table ref -> ServingTable while exporting
 
@@ -60,39 +58,6 @@ def combine(rows, row_splits, weights, combiner: str) -> tf.Tensor:
     return tf.math.divide_no_nan(summed, denom[:, None])
 
 
-def _global_static(var) -> np.ndarray:
-    communicator = comm.current()
-    local = var.numpy()
-    if communicator.num_ranks == 1:
-        return local
-    if var.placement.kind == "localized":
-        return communicator.broadcast(tf.constant(local), var.placement.rank).numpy()
-    rows, dim = var.global_shape.as_list()
-    gathered = communicator.allgather(tf.constant(local)).numpy()
-    counts = [
-        var.placement.local_rows(rows, r, communicator.num_ranks)
-        for r in range(communicator.num_ranks)
-    ]
-    full = np.zeros([rows, dim], local.dtype)
-    start = 0
-    for r, c in enumerate(counts):
-        full[r :: communicator.num_ranks] = gathered[start : start + c]
-        start += c
-    return full
-
-
-def _serving_table(var) -> ServingTable:
-    if isinstance(var, DynamicVariable):
-        keys, values = var.export()
-        keys = comm.current().allgather(tf.cast(keys, tf.int64))
-        values = comm.current().allgather(values)
-        index = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(keys, tf.range(tf.size(keys, tf.int64))), -1
-        )
-        return ServingTable(tf.Variable(values, trainable=False), index, var.initializer_spec)
-    return ServingTable(tf.Variable(_global_static(var), trainable=False))
-
-
 @contextlib.contextmanager
 def _serving(tables):
     global _active
@@ -118,14 +83,10 @@ def export_saved_model(model_or_fn, path, input_signature, tables=None) -> None:
       ValueError: no tables given or found.
     """
     if tables is None:
-        tables = [
-            v
-            for v in getattr(model_or_fn, "variables", [])
-            if isinstance(v, (Variable, DynamicVariable))
-        ]
+        tables = [v for v in getattr(model_or_fn, "variables", []) if isinstance(v, TableKind)]
     if not tables:
         raise ValueError("export_saved_model needs the sok_lite tables the model uses")
-    serving = {t.ref(): _serving_table(t) for t in tables}
+    serving = {t.ref(): t.serving_copy() for t in tables}
     with _serving(serving):
         fn = tf.function(lambda *args: model_or_fn(*args), input_signature=input_signature)
         concrete = fn.get_concrete_function()

@@ -4,9 +4,9 @@ import weakref
 
 import tensorflow as tf
 
-from sok_lite._compat import ResourceVariable
+from sok_lite._tf_internals import ResourceVariable
 from sok_lite.optimizer_rules import is_legacy, unwrap
-from sok_lite.variable import Variable
+from sok_lite.table_kind import TableKind
 
 # optimizer -> {table ref -> {slot name -> slot variable}}
 _SLOTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -17,8 +17,8 @@ _UPDATED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def _new_slot(var, name: str, fill: float):
     base = var.name.split(":")[0]
     value = tf.fill(tf.shape(var), tf.constant(fill, var.dtype))
-    if isinstance(var, Variable):
-        return Variable.local_slot(var, value, f"{base}/{name}")
+    if isinstance(var, TableKind):
+        return var.slot_variable(value, f"{base}/{name}")
     return ResourceVariable(value, trainable=False, name=f"{base}/{name}")
 
 

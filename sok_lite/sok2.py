@@ -20,6 +20,7 @@ from sok_lite.comm.shards import ReplicaShards, local_shard
 from sok_lite.dynamic import DynamicVariable
 from sok_lite.lookup import lookup_sparse
 from sok_lite.optimizer import OptimizerWrapper
+from sok_lite.table_kind import TableKind
 from sok_lite.variable import Variable
 
 
@@ -295,20 +296,10 @@ def _as_list(value) -> tuple[list, bool]:
     return [value], False
 
 
-def _local_ids(table: Variable) -> tf.Tensor:
-    """The global row ids of this rank's rows of a sok_lite.Variable, in local order."""
-    rows = int(table.shape[0])
-    if table.placement.kind == "distributed":
-        return tf.range(rows, dtype=tf.int64) * comm.current().num_ranks + comm.current().rank
-    return tf.range(rows, dtype=tf.int64)
-
-
 def _export_one(var):
     table = local_shard(var)
-    if isinstance(table, DynamicVariable):
-        return table.export()
-    if isinstance(table, Variable):
-        return _local_ids(table), tf.convert_to_tensor(table)
+    if isinstance(table, TableKind):
+        return table.export_rows()
     raise TypeError(
         f"export takes sok.Variable and sok.DynamicVariable tables, got {type(var).__name__}"
     )
@@ -340,44 +331,11 @@ def export(var):
 
 def _assign_one(var, keys, values):
     table = local_shard(var)
-    if isinstance(table, DynamicVariable):
-        table.assign(keys, values)
-        return var
-    if not isinstance(table, Variable):
+    if not isinstance(table, TableKind):
         raise TypeError(
             f"assign takes sok.Variable and sok.DynamicVariable tables, got {type(var).__name__}"
         )
-    keys = tf.cast(tf.reshape(tf.convert_to_tensor(keys), [-1]), tf.int64)
-    values = tf.reshape(tf.cast(values, table.dtype), [-1, table.shape[1]])
-    communicator = comm.current()
-    rows = table.global_shape[0]
-    label = table.name.split(":")[0]
-    checks = [
-        tf.debugging.assert_less(
-            keys, tf.constant(rows, tf.int64), f"'{label}': key past the table"
-        ),
-        tf.debugging.assert_non_negative(keys, f"'{label}': negative key"),
-    ]
-    if table.placement.kind == "distributed":
-        owner = keys % communicator.num_ranks
-        checks.append(
-            tf.debugging.assert_equal(
-                owner,
-                tf.fill(tf.shape(owner), tf.constant(communicator.rank, tf.int64)),
-                f"'{label}': a key of another rank (assign the rows each rank exported)",
-            )
-        )
-        local = keys // communicator.num_ranks
-    else:
-        if communicator.rank != table.placement.rank:
-            checks.append(
-                tf.debugging.assert_equal(
-                    tf.size(keys), 0, f"'{label}': rows of a table held by another rank"
-                )
-            )
-        local = keys
-    with tf.control_dependencies(checks):
-        table.scatter_update(tf.IndexedSlices(values, local))
+    table.assign_rows(keys, values)
     return var
 
 

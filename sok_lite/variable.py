@@ -1,13 +1,27 @@
 """sok_lite.Variable: a tf.Variable that holds this rank's shard of an embedding table."""
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 from sok_lite import comm
-from sok_lite._compat import ResourceVariable
+from sok_lite._tf_internals import ResourceVariable
 from sok_lite.comm.shards import create_shards
 from sok_lite.initializers import RowInitializer, row_initializer
+from sok_lite.ops import lookup_ops
+from sok_lite.ops.optimizer_ops import sparse_apply
+from sok_lite.optimizer_rules import rule_for
 from sok_lite.placement import Placement
+from sok_lite.serving import ServingTable
+from sok_lite.slots import (
+    get_slots,
+    keras_slots,
+    knows_table,
+    record_update,
+    stepped_row_wise,
+    updated_since,
+)
+from sok_lite.table_kind import OWNER_BY_ROW, TableKind, _row_owner, global_rows
 
 
 def _global_value(initial_value, dtype) -> tf.Tensor:
@@ -19,9 +33,10 @@ def _global_value(initial_value, dtype) -> tf.Tensor:
 
 
 def _local_row_ids(placement: Placement, rows: int, rank: int, num_ranks: int) -> tf.Tensor:
-    if placement.kind == "distributed":
-        return tf.range(rank, rows, num_ranks, dtype=tf.int64)
-    return tf.range(rows if rank == placement.rank else 0, dtype=tf.int64)
+    """The global ids of the rows `rank` holds, in local order."""
+    count = placement.local_rows(rows, rank, num_ranks)
+    local = tf.range(count, dtype=tf.int64)
+    return global_rows(local, rank, num_ranks) if placement.kind == "distributed" else local
 
 
 def _row_initializer(initializer) -> RowInitializer | None:
@@ -38,9 +53,8 @@ def _local_value(initial_value, shape, initializer, dtype, placement, rank, num_
         value = _global_value(initial_value, dtype)
         if value.shape.rank != 2:
             raise ValueError(f"an embedding table must be 2-D [rows, dim], got shape {value.shape}")
-        if placement.kind == "distributed":
-            return value[rank::num_ranks], value.shape
-        return (value if rank == placement.rank else value[:0]), value.shape
+        ids = _local_row_ids(placement, int(value.shape[0]), rank, num_ranks)
+        return tf.gather(value, ids), value.shape
     if shape is None:
         raise ValueError("pass initial_value, or shape= (with an optional initializer=)")
     shape = tf.TensorShape(shape)
@@ -56,7 +70,17 @@ def _local_value(initial_value, shape, initializer, dtype, placement, rank, num_
     return tf.gather(tf.cast(initializer(shape, dtype=dtype), dtype), ids), shape
 
 
-class Variable(ResourceVariable):
+def read_rows(tables, ids, labels) -> list:
+    """Rows [n, dim] of local row ids, per table, in one op (tables of one dtype whose rows
+    are a resource variable's, in local row order)."""
+    return lookup_ops.gather_rows([t.handle for t in tables], list(ids), tables[0].dtype, labels)
+
+
+def _name(var) -> str:
+    return var.name.split(":")[0]
+
+
+class Variable(ResourceVariable, TableKind):
     """An embedding table whose rows are spread over the ranks of the job.
 
     This rank holds only its own rows: with mode "distributed", global row i lives on rank
@@ -163,20 +187,182 @@ class Variable(ResourceVariable):
         """As in SOK: the local rows of global row ids that this rank owns (distributed: id // N;
         localized: the id itself)."""
         indices = tf.convert_to_tensor(indices)
-        if self._placement.kind == "localized":
-            return indices
-        return indices // tf.cast(comm.current().num_ranks, indices.dtype)
+        return self.local_ids(indices, tf.cast(comm.current().num_ranks, indices.dtype))
 
-    @classmethod
-    def local_slot(cls, primary: "Variable", local_value, name: str) -> "Variable":
-        """A non-trainable variable with `primary`'s placement, from this rank's local value.
+    def slot_variable(self, local_value, name: str) -> "Variable":
+        """A non-trainable variable with this table's placement, from this rank's local value.
 
         Used for optimizer slots, which follow their table row for row.
         """
+        cls = type(self)
         slot = ResourceVariable.__new__(cls)  # one shard, whatever the strategy
         ResourceVariable.__init__(
-            slot, initial_value=local_value, trainable=False, name=name, dtype=primary.dtype
+            slot, initial_value=local_value, trainable=False, name=name, dtype=self.dtype
         )
-        slot._global_shape = primary.global_shape
-        slot._placement = primary.placement
+        slot._global_shape = self.global_shape
+        slot._placement = self.placement
         return slot
+
+    # --- TableKind: row i on rank i % N (or every row on rank K) ----------------------------
+
+    keyed = False
+    checkpoint_kind = "static"
+    apply_op = "SokLiteSparseApply"
+    id_dtypes = (tf.int32, tf.int64)
+    read_local = staticmethod(read_rows)
+
+    @property
+    def id_limit(self) -> int:
+        rows = self._global_shape[0]
+        return -1 if rows is None else int(rows)
+
+    @property
+    def owner_code(self) -> int:
+        return self._placement.rank if self._placement.kind == "localized" else OWNER_BY_ROW
+
+    def owners(self, ids: np.ndarray, num_ranks: int) -> np.ndarray:
+        if self._placement.kind == "localized":
+            return np.full(len(ids), self._placement.rank)
+        return _row_owner(ids, num_ranks)[0]
+
+    def local_ids(self, ids, num_ranks):
+        return ids if self._placement.kind == "localized" else _row_owner(ids, num_ranks)[1]
+
+    def held_ids(self) -> tf.Tensor:
+        """The global ids of this rank's rows, in local order."""
+        communicator = comm.current()
+        rows = self.id_limit
+        return _local_row_ids(self._placement, rows, communicator.rank, communicator.num_ranks)
+
+    def gradient_rows(self, values, indices) -> tf.IndexedSlices:
+        # The static shape: tf.shape(var) would read (and in copy-on-read mode copy) the table.
+        return tf.IndexedSlices(values, indices, tf.constant(self.shape.as_list(), tf.int64))
+
+    def apply_rows(self, optimizer, rule, grad, hyper, step) -> None:
+        slots = get_slots(optimizer, self, rule.slots)
+        handles = [s.handle for s in slots]
+        sparse_apply(self.handle, handles, grad.indices, grad.values, hyper, rule.kind, _name(self))
+        record_update(optimizer, self, grad.indices, step)
+
+    def slot_variables(self, optimizer, rule) -> list:
+        return get_slots(optimizer, self, rule.slots)
+
+    def checkpoint_meta(self) -> dict:
+        shape = self.global_shape
+        return {
+            "kind": self.checkpoint_kind,
+            "mode": self.mode,
+            "global_shape": shape.as_list(),
+            "dim": int(shape[1]),
+        }
+
+    def _state_slots(self, optimizer) -> list:
+        """The variables that hold the optimizer state of this table, in rule order.
+
+        sok_lite's slots once the row-wise kernels have stepped the table. Otherwise, if Keras
+        was built with the table, Keras' own slots: a table applied by Keras itself (outside
+        OptimizerScope) has its state there, and sok_lite's slots would only hold their fills.
+        """
+        rule = rule_for(optimizer)
+        if not stepped_row_wise(optimizer, self):
+            held = keras_slots(optimizer, self, rule)
+            if held is not None:
+                return [s.value if isinstance(s, keras.Variable) else s for s in held]
+        return get_slots(optimizer, self, rule.slots)
+
+    def checkpoint_chunks(self, optimizer, since_step, chunk_rows):
+        slots = self._state_slots(optimizer) if optimizer else []
+        if since_step is None:
+            selected = tf.range(int(self.shape[0]), dtype=tf.int64)
+        else:
+            if (
+                not stepped_row_wise(optimizer, self)
+                and knows_table(optimizer, self)
+                and int(optimizer.iterations.numpy()) > since_step
+            ):
+                # Keras applied this table itself: which rows changed is not recorded.
+                raise ValueError(
+                    f"table '{_name(self)}' was updated by Keras outside "
+                    "sok_lite.OptimizerScope: its changed rows are unknown; save it with a full "
+                    "dump (no since_step), or apply it under OptimizerScope"
+                )
+            selected = updated_since(optimizer, self, since_step)
+        held = self.held_ids().numpy()
+        total = int(selected.shape[0])
+        for start in range(0, total, chunk_rows):
+            idx = selected[start : start + chunk_rows]
+            parts = [self.sparse_read(idx)] + [s.sparse_read(idx) for s in slots]
+            yield held[idx.numpy()], np.concatenate([p.numpy() for p in parts], axis=1)
+
+    def checkpoint_restore(self, ids, rows, optimizer, step) -> None:
+        # Every local row is given (checkpoint.load checks it), in local order.
+        dim = int(self.shape[1])
+        rows = rows[np.argsort(self.local_ids(ids, comm.current().num_ranks))]
+        self.assign(rows[:, :dim])
+        if optimizer is None:
+            return
+        rule = rule_for(optimizer)
+        slot_vars = get_slots(optimizer, self, rule.slots)
+        # Keras' own slots too, where Keras was built with the table: training that goes on
+        # outside OptimizerScope reads those.
+        held = keras_slots(optimizer, self, rule) or [None] * len(slot_vars)
+        for i, (slot, keras_slot) in enumerate(zip(slot_vars, held)):
+            value = rows[:, dim * (i + 1) : dim * (i + 2)]
+            slot.assign(value)
+            if keras_slot is not None:
+                keras_slot.assign(value)
+
+    def export_rows(self):
+        return self.held_ids(), tf.convert_to_tensor(self)
+
+    def assign_rows(self, ids, values) -> None:
+        keys = tf.cast(tf.reshape(tf.convert_to_tensor(ids), [-1]), tf.int64)
+        values = tf.reshape(tf.cast(values, self.dtype), [-1, self.shape[1]])
+        communicator = comm.current()
+        label = _name(self)
+        checks = [
+            tf.debugging.assert_less(
+                keys, tf.constant(self.id_limit, tf.int64), f"'{label}': key past the table"
+            ),
+            tf.debugging.assert_non_negative(keys, f"'{label}': negative key"),
+        ]
+        if self._placement.kind == "distributed":
+            owner, local = _row_owner(keys, communicator.num_ranks)
+            checks.append(
+                tf.debugging.assert_equal(
+                    owner,
+                    tf.fill(tf.shape(owner), tf.constant(communicator.rank, tf.int64)),
+                    f"'{label}': a key of another rank (assign the rows each rank exported)",
+                )
+            )
+        else:
+            if communicator.rank != self._placement.rank:
+                checks.append(
+                    tf.debugging.assert_equal(
+                        tf.size(keys), 0, f"'{label}': rows of a table held by another rank"
+                    )
+                )
+            local = keys
+        with tf.control_dependencies(checks):
+            self.scatter_update(tf.IndexedSlices(values, local))
+
+    def serving_copy(self) -> ServingTable:
+        communicator = comm.current()
+        local = self.numpy()
+        if communicator.num_ranks == 1:
+            full = local
+        elif self._placement.kind == "localized":
+            full = communicator.broadcast(tf.constant(local), self._placement.rank).numpy()
+        else:
+            rows, dim = self.global_shape.as_list()
+            gathered = communicator.allgather(tf.constant(local)).numpy()
+            ids = tf.concat(
+                [
+                    _local_row_ids(self._placement, rows, r, communicator.num_ranks)
+                    for r in range(communicator.num_ranks)
+                ],
+                0,
+            )
+            full = np.zeros([rows, dim], local.dtype)
+            full[ids.numpy()] = gathered
+        return ServingTable(tf.Variable(full, trainable=False))

@@ -135,7 +135,7 @@ def check_numerics():
 
 
 def test_check_numerics_state_is_read():
-    from sok_lite._compat import check_numerics_enabled
+    from sok_lite._tf_internals import check_numerics_enabled
 
     assert not check_numerics_enabled()
     tf.debugging.enable_check_numerics()

@@ -8,7 +8,7 @@ import sys
 import tensorflow as tf
 
 import sok_lite
-from sok_lite import _compat
+from sok_lite import _tf_internals
 
 
 def test_import_prints_nothing():
@@ -52,10 +52,10 @@ def test_tensorflow_imports_without_a_cuda_probe_on_a_cpu_machine():
 
 
 def test_private_tensorflow_names_still_exist():
-    assert issubclass(tf.Variable(1.0).__class__, _compat.ResourceVariable)
+    assert issubclass(tf.Variable(1.0).__class__, _tf_internals.ResourceVariable)
     v = tf.Variable([[1.0]])
     with tf.GradientTape(watch_accessed_variables=True) as tape:
-        _compat.variable_accessed(v)
+        _tf_internals.variable_accessed(v)
     assert [w.ref() for w in tape.watched_variables()] == [v.ref()]
 
 

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite.comm.strategy import StrategyCommunicator, in_replica_context
-from sok_lite.keras._compat import in_symbolic_build, set_trainable, track_table
+from sok_lite.keras._keras_internals import in_symbolic_build, set_trainable, track_table
 from sok_lite.keras.features import FeatureSpec, TableSpec, serialize_initializer, table_specs
 from sok_lite.keras.inputs import as_id_lists
 from sok_lite.lookup import lookup_sparse

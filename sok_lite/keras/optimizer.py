@@ -4,19 +4,14 @@ sok_lite tables row-wise and every other weight through the wrapped Keras optimi
 import keras
 import tensorflow as tf
 
-from sok_lite import optimizer as sok_optimizer
 from sok_lite.comm.shards import shards_of
-from sok_lite.optimizer_rules import rule_for
-from sok_lite.slots import get_slots
-from sok_lite.variable import Variable
-
-
-def _is_table(variable) -> bool:
-    return bool(sok_optimizer.filter_variables([variable])[0])
+from sok_lite.keras._keras_internals import built_variables
+from sok_lite.optimizer_rules import WrapsOptimizer, rule_for, unwrap
+from sok_lite.row_wise import apply_gradients, filter_variables, is_table
 
 
 @keras.saving.register_keras_serializable(package="sok_lite")
-class OptimizerWrapper(keras.optimizers.Optimizer):
+class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
     """Wraps a Keras optimizer so that `model.compile(optimizer=...)` trains sok_lite tables.
 
     apply_gradients() sends the (gradient, table) pairs of sok_lite tables to the fused
@@ -46,10 +41,7 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
     """
 
     def __init__(self, inner_optimizer, name: str | None = None):
-        if isinstance(inner_optimizer, OptimizerWrapper):  # already wrapped: wrap once
-            inner_optimizer = inner_optimizer.inner_optimizer
-        elif isinstance(inner_optimizer, sok_optimizer.OptimizerWrapper):
-            inner_optimizer = inner_optimizer.optimizer
+        inner_optimizer = unwrap(inner_optimizer)  # already wrapped: wrap once
         if not isinstance(inner_optimizer, keras.optimizers.Optimizer):
             raise TypeError(
                 "OptimizerWrapper wraps a keras.optimizers.Optimizer, got "
@@ -65,7 +57,7 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
         self.inner_optimizer = inner_optimizer
 
     def build(self, variables):
-        tables, dense = sok_optimizer.filter_variables(variables)
+        tables, dense = filter_variables(variables)
         self.inner_optimizer.build(dense)
         # The row-wise slots of fixed-size tables are created now rather than on the first
         # step, so that `variables` (what model.save() stores) has the same length before and
@@ -75,12 +67,12 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
         store.slots = []
         if tables:
             rule = rule_for(self.inner_optimizer)  # an unsupported optimizer fails here
-            store.slots = [
-                get_slots(self.inner_optimizer, shard, rule.slots)
+            held = [
+                shard.slot_variables(self.inner_optimizer, rule)
                 for t in tables
                 for shard in shards_of(t)  # one per replica of this process
-                if isinstance(shard, Variable)
             ]
+            store.slots = [slots for slots in held if slots is not None]
         self._table_slots = store
         super().build(variables)
 
@@ -91,16 +83,16 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
             self.build([v for _, v in pairs])
         if not pairs:
             return self.iterations
-        return sok_optimizer.apply_gradients(
+        return apply_gradients(
             self.inner_optimizer,
             pairs,
             lambda opt, dense: type(opt).apply_gradients(opt, dense),
-            _is_table,
+            is_table,
         )
 
     def apply(self, grads, trainable_variables=None):
         if trainable_variables is None:
-            trainable_variables = self._trainable_variables
+            trainable_variables = built_variables(self)
         return self.apply_gradients(zip(grads, trainable_variables))
 
     @property
@@ -130,7 +122,7 @@ class OptimizerWrapper(keras.optimizers.Optimizer):
         return self.inner_optimizer.scale_loss(loss)
 
     def finalize_variable_values(self, var_list):
-        self.inner_optimizer.finalize_variable_values([v for v in var_list if not _is_table(v)])
+        self.inner_optimizer.finalize_variable_values([v for v in var_list if not is_table(v)])
 
     def get_config(self) -> dict:
         return {

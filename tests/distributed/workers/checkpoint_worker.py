@@ -8,7 +8,7 @@ import keras
 import numpy as np
 
 import sok_lite as sok
-from sok_lite.checkpoint import _dynamic_chunks, _static_chunks
+from sok_lite.checkpoint import CHUNK_ROWS
 from tests.checkpoint_model import make_tables, train
 from tests.distributed.workers.report import Report
 
@@ -27,10 +27,7 @@ else:
 
 arrays = {"iterations": np.array(int(opt.iterations.numpy()))}
 for t, table in enumerate(tables):
-    if isinstance(table, sok.DynamicVariable):
-        chunks = list(_dynamic_chunks(table, opt))
-    else:
-        chunks = list(_static_chunks(table, opt, communicator))
+    chunks = list(table.checkpoint_chunks(opt, None, CHUNK_ROWS))
     arrays[f"ids{t}"] = np.concatenate([c[0] for c in chunks]) if chunks else np.zeros([0])
     arrays[f"rows{t}"] = np.concatenate([c[1] for c in chunks]) if chunks else np.zeros([0, 0])
     report.check()

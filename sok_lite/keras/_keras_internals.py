@@ -1,6 +1,6 @@
 """The Keras 3 and TensorFlow internals sok_lite.keras relies on, in one place.
 
-Each name here is private to Keras or TensorFlow; tests/test_keras_compat.py fails loudly if one
+Each name here is private to Keras or TensorFlow; tests/test_keras_internals.py fails loudly if one
 moves.
 """
 
@@ -47,3 +47,10 @@ def in_symbolic_build() -> bool:
     except ImportError:
         return False
     return bool(in_symbolic_scope())
+
+
+def built_variables(optimizer) -> list:
+    """The variables a built Keras 3 optimizer was built with, in build order: what
+    `optimizer.apply(grads)` pairs the gradients with when no variables are given.
+    `Optimizer._trainable_variables` is private to Keras."""
+    return optimizer._trainable_variables

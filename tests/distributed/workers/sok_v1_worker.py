@@ -1,5 +1,5 @@
 """SOK first-API layers on N ranks: each rank's outputs and one SGD step on the sharded tables
-match NumPy on the whole table (checked here, on every rank; test_horovod_compat.py)."""
+match NumPy on the whole table (checked here, on every rank; test_horovod_sok_v1.py)."""
 
 import sys
 

@@ -1,6 +1,7 @@
 """The TensorFlow internals sok_lite relies on, in one place.
 
-Each name here is private to TensorFlow; tests/test_compat.py fails loudly if one moves.
+Each name here is private to TensorFlow; tests/test_package.py
+(test_private_tensorflow_names_still_exist) fails loudly if one moves.
 """
 
 from tensorflow.python.debug.lib import check_numerics_callback

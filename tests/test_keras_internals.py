@@ -1,11 +1,11 @@
-"""The Keras and TF internals in sok_lite/keras/_compat.py: fails loudly if one moves."""
+"""The Keras and TF internals in sok_lite/keras/_keras_internals.py: fails loudly if one moves."""
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite.keras import _compat
+from sok_lite.keras import _keras_internals
 
 
 def test_keras_layers_still_have_a_tracker_with_variable_stores():
@@ -13,8 +13,8 @@ def test_keras_layers_still_have_a_tracker_with_variable_stores():
     assert {"trainable_variables", "non_trainable_variables"} <= set(layer._tracker.config)
     table = sok.Variable(np.zeros([3, 2]))
     frozen = sok.Variable(np.zeros([3, 2]), trainable=False)
-    _compat.track_table(layer, table)
-    _compat.track_table(layer, frozen)
+    _keras_internals.track_table(layer, table)
+    _keras_internals.track_table(layer, frozen)
     assert [v is table for v in layer.trainable_variables] == [True]
     assert [v is frozen for v in layer.non_trainable_variables] == [True]
     assert table.path == table.name.split(":")[0] and table.regularizer is None
@@ -22,23 +22,30 @@ def test_keras_layers_still_have_a_tracker_with_variable_stores():
 
 def test_tf_variables_still_read_trainable_from_a_private_attribute():
     table = sok.Variable(np.ones([3, 2]))
-    _compat.set_trainable(table, False)
+    _keras_internals.set_trainable(table, False)
     assert table.trainable is False
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(sok.lookup_sparse(table, tf.ragged.constant([[1]], dtype=tf.int64)))
     assert tape.gradient(loss, table) is None
-    _compat.set_trainable(table, True)
+    _keras_internals.set_trainable(table, True)
     assert table.trainable is True
 
 
 def test_keras_still_marks_its_shape_only_trace():
-    assert _compat.in_symbolic_build() is False
+    assert _keras_internals.in_symbolic_build() is False
     seen = []
 
     class Probe(keras.layers.Layer):
         def call(self, x):
-            seen.append(_compat.in_symbolic_build())
+            seen.append(_keras_internals.in_symbolic_build())
             return x
 
     Probe().compute_output_spec(keras.KerasTensor((2, 3)))
     assert seen and all(seen)
+
+
+def test_built_variables_are_those_the_optimizer_was_built_with():
+    weights = [keras.Variable(np.ones([2])), keras.Variable(np.zeros([3]))]
+    opt = keras.optimizers.SGD(0.1)
+    opt.build(weights)
+    assert [v.path for v in _keras_internals.built_variables(opt)] == [w.path for w in weights]

@@ -1,0 +1,160 @@
+"""Row-wise routing of optimizer steps: the (gradient, table) pairs of sok_lite tables go to
+the tables' row-wise kernels, driven by the optimizer's own hyper-parameters; every other pair
+goes to Keras. OptimizerScope, sok_lite.OptimizerWrapper and sok_lite.keras.OptimizerWrapper
+all step through `apply_gradients` here.
+"""
+
+import contextlib
+
+import keras
+import tensorflow as tf
+
+from sok_lite import comm
+from sok_lite._tf_internals import check_numerics_enabled
+from sok_lite.comm.shards import ReplicaShards, local_shard
+from sok_lite.optimizer_rules import learning_rate, rule_for, weight_decay
+from sok_lite.table_kind import TableKind
+
+
+def filter_variables(variables) -> tuple[list, list]:
+    """Splits variables into (sok_lite tables, everything else), keeping their order.
+
+    >>> import numpy as np, tensorflow as tf, sok_lite as sok
+    >>> ours, others = sok.filter_variables([sok.Variable(np.zeros([2, 2])), tf.Variable(1.0)])
+    >>> len(ours), len(others)
+    (1, 1)
+    """
+    ours, others = [], []
+    for v in variables:
+        (ours if is_table(v) else others).append(v)
+    return ours, others
+
+
+def is_table(var) -> bool:
+    """Whether `var` is a sok_lite table (or the per-replica shards of one)."""
+    return isinstance(var, (TableKind, ReplicaShards))
+
+
+def is_variable(value) -> bool:
+    """Whether `value` is a variable: a sok_lite table, a tf.Variable or a keras.Variable."""
+    return is_table(value) or isinstance(value, (tf.Variable, keras.Variable))
+
+
+def _as_rows(grad, var) -> tf.IndexedSlices:
+    """The gradient as IndexedSlices over local rows, checked against the table."""
+    name = var.name.split(":")[0]
+    if isinstance(grad, tf.IndexedSlices):
+        values, indices = grad.values, tf.cast(grad.indices, tf.int64)
+    else:
+        values = tf.convert_to_tensor(grad)
+        indices = tf.range(tf.shape(values, out_type=tf.int64)[0])
+    if values.dtype != var.dtype:
+        raise ValueError(
+            f"gradient of '{name}' has dtype {values.dtype.name}, the table {var.dtype.name}"
+        )
+    if values.shape.rank != 2 or not values.shape[1:].is_compatible_with(var.shape[1:]):
+        raise ValueError(f"gradient of '{name}' has shape {values.shape}, the table {var.shape}")
+    if check_numerics_enabled():
+        # tf.debugging.enable_check_numerics() checks op outputs; the row-wise kernels update
+        # in place and output nothing, so what they are about to apply is checked here.
+        values = tf.debugging.check_numerics(
+            values, f"gradient of '{name}' given to {var.apply_op}"
+        )
+    return var.gradient_rows(values, indices)
+
+
+def _sq_norm(values) -> tf.Tensor:
+    return tf.reduce_sum(tf.square(tf.cast(values, tf.float32)))
+
+
+def _clip(optimizer, ours, dense):
+    """Keras' clipvalue / clipnorm / global_clipnorm, with norms over every rank's rows.
+
+    Returns the clipped (ours, dense) and whether Keras must skip its own global clipping.
+    """
+    communicator = comm.current()
+    clipnorm = getattr(optimizer, "clipnorm", None)
+    global_clipnorm = getattr(optimizer, "global_clipnorm", None)
+    clipvalue = getattr(optimizer, "clipvalue", None)
+    if clipnorm and clipnorm > 0:
+        clipped = []
+        for g, v in ours:
+            norm = tf.sqrt(communicator.allreduce_sum(_sq_norm(g.values)))
+            values = g.values * clipnorm / tf.cast(tf.maximum(norm, clipnorm), g.values.dtype)
+            clipped.append((tf.IndexedSlices(values, g.indices, g.dense_shape), v))
+        return clipped, dense, False
+    if global_clipnorm and global_clipnorm > 0:
+        total = tf.add_n([communicator.allreduce_sum(_sq_norm(g.values)) for g, _ in ours])
+        for g, _ in dense:
+            g = g.values if isinstance(g, tf.IndexedSlices) else g
+            total += _sq_norm(g)
+        norm = tf.sqrt(total)
+        scale = global_clipnorm * tf.minimum(1.0 / norm, 1.0 / global_clipnorm)
+        scale = scale + (norm - norm)  # NaN/Inf norms propagate, as in Keras
+
+        def scaled(g):
+            if isinstance(g, tf.IndexedSlices):
+                return tf.IndexedSlices(
+                    g.values * tf.cast(scale, g.dtype), g.indices, g.dense_shape
+                )
+            return g * tf.cast(scale, g.dtype)
+
+        return ([(scaled(g), v) for g, v in ours], [(scaled(g), v) for g, v in dense], True)
+    if clipvalue and clipvalue > 0:
+        ours = [
+            (
+                tf.IndexedSlices(
+                    tf.clip_by_value(g.values, -clipvalue, clipvalue), g.indices, g.dense_shape
+                ),
+                v,
+            )
+            for g, v in ours
+        ]
+    return ours, dense, False
+
+
+@contextlib.contextmanager
+def _without_global_clipnorm(optimizer, active: bool):
+    if not active:
+        yield
+        return
+    saved = optimizer.global_clipnorm
+    optimizer.global_clipnorm = None
+    try:
+        yield
+    finally:
+        optimizer.global_clipnorm = saved
+
+
+def apply_gradients(optimizer, grads_and_vars, keras_apply, is_ours):
+    """Routes (grad, var) pairs: is_ours(var) -> row-wise kernel, the rest -> keras_apply.
+
+    The optimizer's iterations advance once, as in Keras.
+    """
+    pairs = [(g, v) for g, v in grads_and_vars]
+    # Each rank applies its rows to its own shard (the running replica's, under a strategy).
+    ours = [
+        (_as_rows(g, local_shard(v)), local_shard(v))
+        for g, v in pairs
+        if g is not None and is_ours(v)
+    ]
+    dense = [(g, v) for g, v in pairs if not is_ours(v)]
+    if ours and getattr(optimizer, "loss_scale_factor", None):
+        raise ValueError(
+            "loss_scale_factor is not supported for sok_lite tables: their "
+            "gradients would be applied scaled"
+        )
+    if not ours:
+        if not dense:  # nothing but tables without a gradient: the step still counts
+            return optimizer.iterations.assign_add(1)
+        return keras_apply(optimizer, dense)
+    rule = rule_for(optimizer)
+    ours, dense, clipped_globally = _clip(optimizer, ours, dense)
+    hyper = tf.stack([learning_rate(optimizer), weight_decay(optimizer)] + rule.params(optimizer))
+    for g, v in ours:
+        step = tf.cast(optimizer.iterations, tf.int64) + 1
+        v.apply_rows(optimizer, rule, g, hyper, step)
+    if dense:
+        with _without_global_clipnorm(optimizer, clipped_globally):
+            return keras_apply(optimizer, dense)
+    return optimizer.iterations.assign_add(1)

@@ -1,0 +1,155 @@
+"""TableKind: what lookups, optimizers, checkpoints and serving ask of a table.
+
+sok_lite.Variable (rows in a tf.Variable, row i on rank i % N) and sok_lite.DynamicVariable (a
+hash table, key k on the rank its hash selects) both implement it; the modules that use
+tables ask these questions instead of testing the table's class, so that a new kind of table
+(a disk-backed one, say) is one new class.
+
+This module also states, once for Python, where the rows of a distributed row-numbered table
+live (`_row_owner` and its inverse); the kernels state the same rule in C++.
+"""
+
+import abc
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+# How the exchange op finds the owner of an id (PartitionByOwner), besides a rank K for a
+# table localized on K.
+OWNER_BY_ROW = -1  # row i on rank i % N
+OWNER_BY_HASH = -2  # key k on rank hash(k) % N
+
+
+def _row_owner(ids, num_ranks: int):
+    """(owner rank, local row) of global row ids of a distributed table: row i lives on rank
+    i % N at local row i // N. Works on ints, NumPy arrays and tensors."""
+    return ids % num_ranks, ids // num_ranks
+
+
+def global_rows(local, rank: int, num_ranks: int):
+    """The global ids of local rows `local` of rank `rank`: the inverse of `_row_owner`."""
+    return local * num_ranks + rank
+
+
+def rows_held(rows: int, rank: int, num_ranks: int) -> int:
+    """How many rows of a distributed table of `rows` rows rank `rank` holds."""
+    return len(range(rank, rows, num_ranks))  # the ids i < rows with i % N == rank
+
+
+class TableKind(abc.ABC):
+    """The questions every kind of sok_lite table answers, whatever stores its rows.
+
+    (tf.Variable's metaclass derives from ABCMeta, so a table class may be both.)
+
+    A table holds this rank's rows only; `placement` says which rank holds which id, and the
+    methods below turn that into routing, reads, row-wise updates, checkpoint chunks and
+    serving copies. Ids are global: row numbers for a row-numbered table (`keyed` False),
+    arbitrary integer keys for a keyed one.
+    """
+
+    # Whether ids are arbitrary keys (rows created on first lookup) rather than row numbers.
+    keyed: bool = False
+    # The "kind" a checkpoint manifest records for the table.
+    checkpoint_kind: str = ""
+    # The kernel that applies row-wise updates, as error messages name it.
+    apply_op: str = ""
+
+    # --- where ids live ---------------------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def id_limit(self) -> int:
+        """The number of valid ids (global rows); -1 when any key is valid."""
+
+    @property
+    @abc.abstractmethod
+    def owner_code(self) -> int:
+        """How the exchange op finds the owner of an id: OWNER_BY_ROW, OWNER_BY_HASH, or the
+        rank K that holds every id."""
+
+    @property
+    @abc.abstractmethod
+    def id_dtypes(self) -> tuple:
+        """The dtypes of ids that a lookup accepts."""
+
+    @abc.abstractmethod
+    def owners(self, ids: np.ndarray, num_ranks: int) -> np.ndarray:
+        """The rank that holds each global id, with `num_ranks` ranks."""
+
+    @abc.abstractmethod
+    def local_ids(self, ids, num_ranks: int):
+        """Where this rank stores global ids it owns: local rows, or the keys themselves."""
+
+    # --- reading and updating rows on this rank ---------------------------------------------
+
+    @staticmethod
+    @abc.abstractmethod
+    def read_local(tables: Sequence, ids: Sequence, labels: Sequence) -> list:
+        """The rows [n, dim] of local ids, per table, for tables of this kind and one dtype.
+
+        A static method so that a kind reads a group of tables in one op.
+        """
+
+    def combines_in_place(self, num_ranks: int) -> bool:
+        """Whether `lookup_combine` reads and combines this table's ids in one op (no
+        deduplication first)."""
+        return False
+
+    def lookup_combine(self, ids, splits, weights, combiner: str, hotness: int, label: str):
+        """Reads and combines per-sample rows in one op, where `combines_in_place`."""
+        raise NotImplementedError(f"{type(self).__name__} combines rows after the lookup")
+
+    @abc.abstractmethod
+    def gradient_rows(self, values, indices) -> tf.IndexedSlices:
+        """A gradient over local ids as the tf.IndexedSlices that `apply_rows` takes."""
+
+    @abc.abstractmethod
+    def apply_rows(self, optimizer, rule, grad: tf.IndexedSlices, hyper, step) -> None:
+        """Applies one row-wise optimizer step to the rows of `grad` (and their slots).
+
+        rule: the optimizer's sok_lite.optimizer_rules.Rule; hyper: its hyper-parameters as
+        the kernels take them; step: the int64 step being applied.
+        """
+
+    @abc.abstractmethod
+    def slot_variables(self, optimizer, rule) -> list | None:
+        """The optimizer's slot variables for this table, created if needed; None when the
+        table keeps slots beside its rows."""
+
+    def slot_variable(self, local_value, name: str):
+        """A non-trainable variable placed like this table's rows, holding `local_value`: one
+        optimizer slot, for kinds whose `slot_variables` are variables of their own."""
+        raise NotImplementedError(f"{type(self).__name__} keeps optimizer slots beside its rows")
+
+    # --- checkpoints, SOK's export/assign and serving ---------------------------------------
+
+    @abc.abstractmethod
+    def checkpoint_meta(self) -> dict:
+        """What a checkpoint manifest records of the table besides its name, dtype and slots:
+        at least "kind" and "dim"."""
+
+    @abc.abstractmethod
+    def checkpoint_chunks(
+        self, optimizer, since_step: int | None, chunk_rows: int
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """This rank's (global ids [n], rows [n, dim * (1 + slots)]), at most chunk_rows at a
+        time; with since_step, only rows that optimizer steps after it changed."""
+
+    @abc.abstractmethod
+    def checkpoint_restore(self, ids: np.ndarray, rows: np.ndarray, optimizer, step) -> None:
+        """Stores the rows (value, then each slot when an optimizer is given) of global ids
+        this rank owns; step: the optimizer step the rows count as changed at (None: unknown)."""
+
+    @abc.abstractmethod
+    def export_rows(self) -> tuple[tf.Tensor, tf.Tensor]:
+        """This rank's (ids [n], values [n, dim]), as SOK's sok.export."""
+
+    @abc.abstractmethod
+    def assign_rows(self, ids, values) -> None:
+        """Stores values for ids this rank holds, as SOK's sok.assign."""
+
+    @abc.abstractmethod
+    def serving_copy(self):
+        """The whole table as a sok_lite.serving.ServingTable of plain TF resources (gathered
+        from every rank)."""
