@@ -3,8 +3,10 @@
 #define SOK_LITE_KERNELS_TF_DYNAMIC_TABLE_H_
 
 #include <string>
+#include <vector>
 
 #include "kernels/core/hash_table.h"
+#include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_base.h"
 #include "tensorflow/core/platform/mutex.h"
 
@@ -17,6 +19,17 @@ class DynamicTableResource : public tensorflow::ResourceBase {
 
   tensorflow::mutex mu;
   HashTable table;  // guarded by mu
+
+  // The accessors the shared kernels (kernels/tf/dynamic_kernels.h) use on either device's
+  // table; all require mu.
+  int64_t dim() const { return table.config().dim; }
+  int num_slots() const { return table.num_slots(); }
+  int64_t stride() const { return table.stride(); }
+  absl::Status AddSlots(tensorflow::OpKernelContext*, const std::vector<float>& initial_values) {
+    table.AddSlots(initial_values);
+    return absl::OkStatus();
+  }
+  void SetSlotInit(const std::vector<float>& initial_values) { table.SetSlotInit(initial_values); }
 };
 
 }  // namespace sok_lite

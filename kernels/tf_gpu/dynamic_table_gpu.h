@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cuda/sok_lite_cuda.h"
+#include "kernels/tf/dynamic_kernels.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_base.h"
@@ -76,6 +77,17 @@ class DynamicTableGpuResource : public tensorflow::ResourceBase {
   SokLiteCudaRowInit init_;
   Storage storage_;
   int64_t step_ = 0;
+};
+
+// The shared kernels (kernels/tf/dynamic_kernels.h) on a device table: no capacity eviction or
+// admission counting, at most kMaxDeviceSlots slots, and fewer than 2^31 keys per optimizer step
+// (the deduplication's inverse indices are int32).
+template <>
+struct DynamicTableTraits<GPUDevice> {
+  using Table = DynamicTableGpuResource;
+  static constexpr bool kPolicies = false;
+  static constexpr int64_t kMaxSlots = kMaxDeviceSlots;
+  static constexpr int64_t kMaxStepKeys = int64_t{1} << 31;
 };
 
 // The device table named by the resource handle at input `i` (an error for a handle of another
