@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite.dynamic import DynamicVariable
+from sok_lite.key_hash import hash_owner
 from sok_lite.ops import dynamic_ops
 from sok_lite.optimizer_rules import rule_for, unwrap
 from sok_lite.slots import (
@@ -36,14 +37,6 @@ CHUNK_ROWS = 65536  # rows per read/write: bounds the memory a dump or load adds
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded: missing, incomplete, corrupt or not matching."""
-
-
-def hash_owner(keys: np.ndarray, num_ranks: int) -> np.ndarray:
-    """The rank owning each hash-table key (the same mix as kernels/core/exchange.h)."""
-    x = keys.astype(np.int64).view(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return ((x ^ (x >> np.uint64(31))) % np.uint64(num_ranks)).astype(np.int64)
 
 
 def _name(var) -> str:
