@@ -28,14 +28,6 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded: missing, incomplete, corrupt or not matching."""
 
 
-def hash_owner(keys: np.ndarray, num_ranks: int) -> np.ndarray:
-    """The rank owning each hash-table key (the same mix as kernels/core/exchange.h)."""
-    x = keys.astype(np.int64).view(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return ((x ^ (x >> np.uint64(31))) % np.uint64(num_ranks)).astype(np.int64)
-
-
 def _name(var) -> str:
     return var.name.split(":")[0]
 

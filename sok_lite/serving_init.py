@@ -7,20 +7,13 @@ import numpy as np
 import tensorflow as tf
 
 from sok_lite.initializers import RowInitializer
+from sok_lite.key_hash import splitmix64_tf as _mix
 
-_GOLDEN, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 _TRUNCATED_DRAWS = 12  # redraws beyond 2 stddev; P(all 12 fail) ~ 1e-16
 
 
 def _u64(x: int) -> tf.Tensor:
     return tf.constant(x, tf.uint64)
-
-
-def _mix(x: tf.Tensor) -> tf.Tensor:
-    x = x + _u64(_GOLDEN)
-    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u64(30))) * _u64(_M1)
-    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u64(27))) * _u64(_M2)
-    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u64(31)))
 
 
 def _uniform(seed: int, keys: tf.Tensor, dim: int, draw: int) -> tf.Tensor:

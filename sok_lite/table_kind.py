@@ -5,8 +5,8 @@ hash table, key k on the rank its hash selects) both implement it; the modules t
 tables ask these questions instead of testing the table's class, so that a new kind of table
 (a disk-backed one, say) is one new class.
 
-This module also states, once for Python, where the rows of a distributed row-numbered table
-live (`_row_owner` and its inverse); the kernels state the same rule in C++.
+Where the rows of a distributed row-numbered table live is stated once for Python in
+sok_lite.key_hash, as the kernels state it in kernels/core/cpu_gpu_rules.h.
 """
 
 import abc
@@ -15,26 +15,11 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import tensorflow as tf
 
-# How the exchange op finds the owner of an id (PartitionByOwner), besides a rank K for a
-# table localized on K.
-OWNER_BY_ROW = -1  # row i on rank i % N
-OWNER_BY_HASH = -2  # key k on rank hash(k) % N
-
+from sok_lite.key_hash import local_row, row_owner
 
 def _row_owner(ids, num_ranks: int):
-    """(owner rank, local row) of global row ids of a distributed table: row i lives on rank
-    i % N at local row i // N. Works on ints, NumPy arrays and tensors."""
-    return ids % num_ranks, ids // num_ranks
-
-
-def global_rows(local, rank: int, num_ranks: int):
-    """The global ids of local rows `local` of rank `rank`: the inverse of `_row_owner`."""
-    return local * num_ranks + rank
-
-
-def rows_held(rows: int, rank: int, num_ranks: int) -> int:
-    """How many rows of a distributed table of `rows` rows rank `rank` holds."""
-    return len(range(rank, rows, num_ranks))  # the ids i < rows with i % N == rank
+    """(owner rank, local row) of global row ids of a distributed table (sok_lite.key_hash)."""
+    return row_owner(ids, num_ranks), local_row(ids, num_ranks)
 
 
 class TableKind(abc.ABC):

@@ -21,7 +21,8 @@ from sok_lite.slots import (
     stepped_row_wise,
     updated_since,
 )
-from sok_lite.table_kind import OWNER_BY_ROW, TableKind, _row_owner, global_rows
+from sok_lite.key_hash import OWNER_BY_ROW, global_row
+from sok_lite.table_kind import TableKind, _row_owner
 
 
 def _global_value(initial_value, dtype) -> tf.Tensor:
@@ -36,7 +37,7 @@ def _local_row_ids(placement: Placement, rows: int, rank: int, num_ranks: int) -
     """The global ids of the rows `rank` holds, in local order."""
     count = placement.local_rows(rows, rank, num_ranks)
     local = tf.range(count, dtype=tf.int64)
-    return global_rows(local, rank, num_ranks) if placement.kind == "distributed" else local
+    return global_row(local, rank, num_ranks) if placement.kind == "distributed" else local
 
 
 def _row_initializer(initializer) -> RowInitializer | None:

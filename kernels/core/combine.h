@@ -6,9 +6,15 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/core/cpu_gpu_rules.h"
+
 namespace sok_lite {
 
-enum class Combiner { kSum, kMean, kSqrtn };
+enum class Combiner {
+  kSum = SOK_LITE_COMBINER_SUM,
+  kMean = SOK_LITE_COMBINER_MEAN,
+  kSqrtn = SOK_LITE_COMBINER_SQRTN,
+};
 
 // Parses "sum" / "mean" / "sqrtn"; returns false for anything else.
 bool ParseCombiner(const std::string& name, Combiner* combiner);

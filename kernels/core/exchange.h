@@ -11,29 +11,21 @@
 #include <string>
 #include <vector>
 
-namespace sok_lite {
+#include "kernels/core/cpu_gpu_rules.h"
 
-// The rank that owns hash-table key `key` among num_ranks (a splitmix64 mix, so that
-// sequential or strided keys still spread evenly).
-inline int64_t HashOwner(int64_t key, int64_t num_ranks) {
-  uint64_t x = static_cast<uint64_t>(key) + 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return static_cast<int64_t>((x ^ (x >> 31)) % static_cast<uint64_t>(num_ranks));
-}
+namespace sok_lite {
 
 // Who owns a global row (or key) and where it sits there.
 struct Owner {
-  static constexpr int64_t kDistributed = -1;  // row i on rank i % N at local row i / N
-  static constexpr int64_t kHashed = -2;       // hash-table key k on rank HashOwner(k), as is
-  int64_t localized_rank;                      // >= 0: the whole table on that rank
+  // The rules and codes are those of cpu_gpu_rules.h, shared with the CUDA kernels.
+  static constexpr int64_t kDistributed = SOK_LITE_OWNER_DISTRIBUTED;
+  static constexpr int64_t kHashed = SOK_LITE_OWNER_HASHED;
+  int64_t localized_rank;  // >= 0: the whole table on that rank
   int64_t Rank(int64_t id, int64_t num_ranks) const {
-    if (localized_rank == kDistributed) return id % num_ranks;
-    if (localized_rank == kHashed) return HashOwner(id, num_ranks);
-    return localized_rank;
+    return OwnerRank(localized_rank, id, num_ranks);
   }
   int64_t LocalRow(int64_t id, int64_t num_ranks) const {
-    return localized_rank == kDistributed ? id / num_ranks : id;
+    return OwnerLocalRow(localized_rank, id, num_ranks);
   }
 };
 

@@ -8,20 +8,33 @@
 #include <string>
 #include <vector>
 
+#include "kernels/core/cpu_gpu_rules.h"
+
 namespace sok_lite {
 
+// Each kind's hyper-parameters p and slots.
 enum class OptimizerKind {
-  kSgd,       // hyper: -
-  kMomentum,  // hyper p: momentum; slots: m
-  kNesterov,  // hyper p: momentum; slots: m
-  kAdam,      // hyper p: beta_1, beta_2, epsilon, step (iterations + 1); slots: m, v
-  kAmsgrad,   // as kAdam; slots: m, v, v_hat
-  kAdagrad,   // hyper p: epsilon, eps_outside (0/1); slots: accumulator
-  kRmsprop,   // hyper p: rho, momentum, epsilon, centered (0/1), eps_outside (0/1); slots:
-              //   velocity [, momentum if momentum > 0][, average_grad if centered]
-  kFtrl,      // hyper p: learning_rate_power, l1, l2, beta, l2_shrinkage; slots: accum, linear
-  kAdamax,    // hyper p: beta_1, beta_2, epsilon, step (iterations + 1); slots: m, u
-  kAdadelta,  // hyper p: rho, epsilon; slots: accumulated_grad, accumulated_delta_var
+  // hyper: -
+  kSgd = SOK_LITE_OPTIMIZER_SGD,
+  // hyper p: momentum; slots: m
+  kMomentum = SOK_LITE_OPTIMIZER_MOMENTUM,
+  // hyper p: momentum; slots: m
+  kNesterov = SOK_LITE_OPTIMIZER_NESTEROV,
+  // hyper p: beta_1, beta_2, epsilon, step (iterations + 1); slots: m, v
+  kAdam = SOK_LITE_OPTIMIZER_ADAM,
+  // as kAdam; slots: m, v, v_hat
+  kAmsgrad = SOK_LITE_OPTIMIZER_AMSGRAD,
+  // hyper p: epsilon, eps_outside (0/1); slots: accumulator
+  kAdagrad = SOK_LITE_OPTIMIZER_ADAGRAD,
+  // hyper p: rho, momentum, epsilon, centered (0/1), eps_outside (0/1); slots:
+  //   velocity [, momentum if momentum > 0][, average_grad if centered]
+  kRmsprop = SOK_LITE_OPTIMIZER_RMSPROP,
+  // hyper p: learning_rate_power, l1, l2, beta, l2_shrinkage; slots: accum, linear
+  kFtrl = SOK_LITE_OPTIMIZER_FTRL,
+  // hyper p: beta_1, beta_2, epsilon, step (iterations + 1); slots: m, u
+  kAdamax = SOK_LITE_OPTIMIZER_ADAMAX,
+  // hyper p: rho, epsilon; slots: accumulated_grad, accumulated_delta_var
+  kAdadelta = SOK_LITE_OPTIMIZER_ADADELTA,
 };
 // eps_outside selects where epsilon goes: 0 = Keras 3's g / sqrt(acc + eps), 1 = the tf_keras
 // legacy optimizers' (TF's ApplyAdagradV2, and legacy RMSprop without momentum)

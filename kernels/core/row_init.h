@@ -7,9 +7,16 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/core/cpu_gpu_rules.h"
+
 namespace sok_lite {
 
-enum class InitKind { kNormal, kTruncatedNormal, kUniform, kConstant };
+enum class InitKind {
+  kNormal = SOK_LITE_INIT_NORMAL,
+  kTruncatedNormal = SOK_LITE_INIT_TRUNCATED_NORMAL,
+  kUniform = SOK_LITE_INIT_UNIFORM,
+  kConstant = SOK_LITE_INIT_CONSTANT,
+};
 
 struct RowInit {
   InitKind kind = InitKind::kNormal;

@@ -2,20 +2,9 @@
 
 #include <vector>
 
+#include "kernels/core/cpu_gpu_rules.h"
+
 namespace sok_lite {
-namespace {
-
-// splitmix64 finalizer: spreads sequential and Zipf-clustered ids over the whole table.
-inline uint64_t MixBits(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-}  // namespace
 
 template <typename K>
 int64_t UniqueIds(const K* ids, int64_t n, K* unique, int32_t* inverse) {
@@ -28,7 +17,7 @@ int64_t UniqueIds(const K* ids, int64_t n, K* unique, int32_t* inverse) {
   int32_t num_unique = 0;
   for (int64_t i = 0; i < n; ++i) {
     const K key = ids[i];
-    uint64_t pos = MixBits(static_cast<uint64_t>(key)) & mask;
+    uint64_t pos = SplitMix64Finalizer(static_cast<uint64_t>(key)) & mask;
     while (true) {
       const int32_t slot = slots[pos];
       if (slot < 0) {

@@ -1,12 +1,12 @@
-// The dynamic table on the GPU (SokLiteCudaTable in sok_lite_cuda.h). Open addressing with
-// linear probing over a power-of-two slot array hashed by MixBits; occupancy lives in `state`
+// The dynamic table on the GPU (SokLiteCudaTable in sok_lite_cuda.h). Open addressing with linear
+// probing over a power-of-two slot array hashed by SplitMix64Finalizer; occupancy lives in `state`
 // (empty -> being written -> present), so every int64 value is a key. A key is inserted by the
-// thread that moves its first free probe slot from empty to "being written" with a CAS; it
-// writes the key and publishes it with a release store of "present". A thread that meets a
-// slot being written waits for it and then compares keys, so duplicates of a key within one
-// call end up in the same slot and the key is inserted once. Keys are never deleted in place:
-// eviction and growth rebuild the table into another one (sok_lite_cuda_table_rehash), so
-// probe chains never hold holes.
+// thread that moves its first free probe slot from empty to "being written" with a CAS; it writes
+// the key and publishes it with a release store of "present". A thread that meets a slot being
+// written waits for it and then compares keys, so duplicates of a key within one call end up in the
+// same slot and the key is inserted once. Keys are never deleted in place: eviction and growth
+// rebuild the table into another one (sok_lite_cuda_table_rehash), so probe chains never hold
+// holes.
 //
 // find_or_insert runs in three launches: claim slots (one thread per key), initialize the rows
 // of new keys (one thread per value, from the same counter-based initializer as the CPU), then
@@ -14,7 +14,7 @@
 // -(slot + 2), so each new row is initialized exactly once.
 #include <cuda/atomic>
 
-#include "kernels/cuda/hashing.cuh"
+#include "kernels/core/cpu_gpu_rules.h"
 #include "kernels/cuda/launch_config.cuh"
 #include "kernels/cuda/row_init.cuh"
 #include "kernels/cuda/sok_lite_cuda.h"
@@ -49,7 +49,7 @@ struct Claim {
 
 __device__ Claim FindOrClaim(const SokLiteCudaTable& t, int64_t key) {
   const uint64_t mask = static_cast<uint64_t>(t.capacity) - 1;
-  uint64_t p = MixBits(static_cast<uint64_t>(key)) & mask;
+  uint64_t p = SplitMix64Finalizer(static_cast<uint64_t>(key)) & mask;
   for (int64_t probe = 0; probe < t.capacity;) {
     StateRef state(t.state[p]);
     int32_t s = state.load(::cuda::memory_order_acquire);
@@ -146,7 +146,7 @@ __global__ void FindKernel(SokLiteCudaTable t, const int64_t* __restrict__ keys,
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += stride) {
     const int64_t key = keys[i];
-    uint64_t p = MixBits(static_cast<uint64_t>(key)) & mask;
+    uint64_t p = SplitMix64Finalizer(static_cast<uint64_t>(key)) & mask;
     int64_t found = kNoSlot;
     for (int64_t probe = 0; probe < t.capacity; ++probe, p = (p + 1) & mask) {
       const int32_t s = t.state[p];

@@ -6,7 +6,7 @@
 //     headers need no atomics; the sorted j-th id of rank r lands at message[j + (r + 1) * T].
 #include <cub/device/device_radix_sort.cuh>
 
-#include "kernels/cuda/hashing.cuh"
+#include "kernels/core/cpu_gpu_rules.h"
 #include "kernels/cuda/launch_config.cuh"
 #include "kernels/cuda/sok_lite_cuda.h"
 #include "kernels/cuda/workspace.cuh"
@@ -145,7 +145,7 @@ extern "C" cudaError_t sok_lite_cuda_partition_by_owner(
   int64_t total = 0;
   for (int64_t t = 0; t < num_tables; ++t) {
     if (num_unique[t] < 0 || (num_unique[t] > 0 && !unique[t])) return cudaErrorInvalidValue;
-    if (owners[t] < kOwnerHashed || owners[t] >= num_ranks) return cudaErrorInvalidValue;
+    if (owners[t] < SOK_LITE_OWNER_HASHED || owners[t] >= num_ranks) return cudaErrorInvalidValue;
     total += num_unique[t];
   }
   if (!SizesOk(total, num_ranks, num_tables)) return cudaErrorInvalidValue;

@@ -14,29 +14,31 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "kernels/core/cpu_gpu_rules.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// Same order as sok_lite::Combiner.
+// The codes of kernels/core/cpu_gpu_rules.h, under the names of this API.
 enum SokLiteCudaCombiner {
-  SOK_LITE_CUDA_SUM = 0,
-  SOK_LITE_CUDA_MEAN = 1,
-  SOK_LITE_CUDA_SQRTN = 2,
+  SOK_LITE_CUDA_SUM = SOK_LITE_COMBINER_SUM,
+  SOK_LITE_CUDA_MEAN = SOK_LITE_COMBINER_MEAN,
+  SOK_LITE_CUDA_SQRTN = SOK_LITE_COMBINER_SQRTN,
 };
 
-// Same order, hyper-parameters and slots as sok_lite::OptimizerKind (kernels/core/optimizers.h).
+// Hyper-parameters and slots as sok_lite::OptimizerKind (kernels/core/optimizers.h).
 enum SokLiteCudaOptimizer {
-  SOK_LITE_CUDA_SGD = 0,
-  SOK_LITE_CUDA_MOMENTUM = 1,
-  SOK_LITE_CUDA_NESTEROV = 2,
-  SOK_LITE_CUDA_ADAM = 3,
-  SOK_LITE_CUDA_AMSGRAD = 4,
-  SOK_LITE_CUDA_ADAGRAD = 5,
-  SOK_LITE_CUDA_RMSPROP = 6,
-  SOK_LITE_CUDA_FTRL = 7,
-  SOK_LITE_CUDA_ADAMAX = 8,
-  SOK_LITE_CUDA_ADADELTA = 9,
+  SOK_LITE_CUDA_SGD = SOK_LITE_OPTIMIZER_SGD,
+  SOK_LITE_CUDA_MOMENTUM = SOK_LITE_OPTIMIZER_MOMENTUM,
+  SOK_LITE_CUDA_NESTEROV = SOK_LITE_OPTIMIZER_NESTEROV,
+  SOK_LITE_CUDA_ADAM = SOK_LITE_OPTIMIZER_ADAM,
+  SOK_LITE_CUDA_AMSGRAD = SOK_LITE_OPTIMIZER_AMSGRAD,
+  SOK_LITE_CUDA_ADAGRAD = SOK_LITE_OPTIMIZER_ADAGRAD,
+  SOK_LITE_CUDA_RMSPROP = SOK_LITE_OPTIMIZER_RMSPROP,
+  SOK_LITE_CUDA_FTRL = SOK_LITE_OPTIMIZER_FTRL,
+  SOK_LITE_CUDA_ADAMAX = SOK_LITE_OPTIMIZER_ADAMAX,
+  SOK_LITE_CUDA_ADADELTA = SOK_LITE_OPTIMIZER_ADADELTA,
 };
 
 // scale[b] for b in [0, batch): 1 (sum), 1 / sum(w) (mean), 1 / sqrt(sum(w^2)) (sqrtn), with
@@ -145,12 +147,12 @@ cudaError_t sok_lite_cuda_check_segments_i32(const int32_t* values, const int64_
 // ---------------------------------------------------------------------------------------------
 // Row initialization and the dynamic (hash) table.
 
-// Same order as sok_lite::InitKind.
+// As sok_lite::InitKind.
 enum SokLiteCudaInitKind {
-  SOK_LITE_CUDA_INIT_NORMAL = 0,
-  SOK_LITE_CUDA_INIT_TRUNCATED_NORMAL = 1,
-  SOK_LITE_CUDA_INIT_UNIFORM = 2,
-  SOK_LITE_CUDA_INIT_CONSTANT = 3,
+  SOK_LITE_CUDA_INIT_NORMAL = SOK_LITE_INIT_NORMAL,
+  SOK_LITE_CUDA_INIT_TRUNCATED_NORMAL = SOK_LITE_INIT_TRUNCATED_NORMAL,
+  SOK_LITE_CUDA_INIT_UNIFORM = SOK_LITE_INIT_UNIFORM,
+  SOK_LITE_CUDA_INIT_CONSTANT = SOK_LITE_INIT_CONSTANT,
 };
 
 // As sok_lite::RowInit: a = mean / minval / value, b = stddev / maxval.

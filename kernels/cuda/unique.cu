@@ -1,8 +1,8 @@
 // Deduplication of ids (kernels/core/unique.h) in first-occurrence order:
 //  1. insert: every position probes an open-addressing table (linear probing, power of two
-//     >= 2n slots, hashed by MixBits) whose slots hold a POSITION of the slot's key, claimed
-//     with atomicCAS; the key is read back from ids[], so no id value marks an empty slot. An
-//     atomicMin leaves the first position of each key in its slot.
+//     >= 2n slots, hashed by SplitMix64Finalizer) whose slots hold a POSITION of the slot's
+//     key, claimed with atomicCAS; the key is read back from ids[], so no id value marks an
+//     empty slot. An atomicMin leaves the first position of each key in its slot.
 //  2. a position is a key's first occurrence iff its slot holds it; an exclusive scan of those
 //     flags numbers the unique ids in order of first occurrence.
 //  3. first occurrences write unique[] and store their number in the slot; every position then
@@ -10,7 +10,7 @@
 // Each step's result is a pure function of ids[], so the output is the same as the CPU's.
 #include <cub/device/device_scan.cuh>
 
-#include "kernels/cuda/hashing.cuh"
+#include "kernels/core/cpu_gpu_rules.h"
 #include "kernels/cuda/launch_config.cuh"
 #include "kernels/cuda/sok_lite_cuda.h"
 #include "kernels/cuda/workspace.cuh"
@@ -58,7 +58,7 @@ __global__ void InsertKernel(const int64_t* __restrict__ ids, int64_t n, uint64_
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += stride) {
     const int64_t key = ids[i];
-    uint64_t p = MixBits(static_cast<uint64_t>(key)) & mask;
+    uint64_t p = SplitMix64Finalizer(static_cast<uint64_t>(key)) & mask;
     while (true) {
       int32_t holder = atomicCAS(slots + p, kEmpty, static_cast<int32_t>(i));
       if (holder == kEmpty) break;  // claimed: the slot now names position i

@@ -4,6 +4,9 @@ Sums run in the same order as the CPU code (position by position within a sample
 forward pass can be compared tightly; only the backward's atomics reorder additions.
 """
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 
 F32 = np.float32
@@ -137,20 +140,24 @@ def apply_rows(kind, lr, wd, p, rows, grads, var, slots):
 # --- ids, owners, initial rows (kernels/core/unique.cc, exchange.*, row_init.cc) ---------------
 
 U64 = np.uint64
-_GOLDEN = U64(0x9E3779B97F4A7C15)
-_M1, _M2 = U64(0xBF58476D1CE4E5B9), U64(0x94D049BB133111EB)
+
+
+def _load_key_hash():
+    # By path: importing the sok_lite package would import TensorFlow, which GPU checks lack.
+    path = Path(__file__).resolve().parents[2] / "sok_lite" / "key_hash.py"
+    spec = importlib.util.spec_from_file_location("key_hash", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_key_hash = _load_key_hash()
+hash_owner = _key_hash.hash_owner
 
 
 def splitmix(x):
-    """splitmix64 step on a uint64 array (NumPy array arithmetic wraps, as C++ does)."""
-    x = np.atleast_1d(np.asarray(x, dtype=U64)) + _GOLDEN
-    x = (x ^ (x >> U64(30))) * _M1
-    x = (x ^ (x >> U64(27))) * _M2
-    return x ^ (x >> U64(31))
-
-
-def hash_owner(keys, num_ranks):
-    return (splitmix(np.asarray(keys).view(U64)) % U64(num_ranks)).astype(np.int64)
+    """splitmix64 step on a uint64 array (kernels/core/cpu_gpu_rules.h's SplitMix64)."""
+    return _key_hash.splitmix64(np.atleast_1d(np.asarray(x, dtype=U64)))
 
 
 def unique_ids(ids):
@@ -166,7 +173,7 @@ def unique_ids(ids):
 
 def owner_of(owner, ids, num_ranks):
     if owner == -1:
-        return ids % num_ranks, ids // num_ranks
+        return _key_hash.row_owner(ids, num_ranks), _key_hash.local_row(ids, num_ranks)
     if owner == -2:
         return hash_owner(ids, num_ranks), ids
     return np.full(ids.size, owner, np.int64), ids

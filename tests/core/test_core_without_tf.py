@@ -1,0 +1,246 @@
+"""kernels/core without TensorFlow: core_capi.cc (a C ABI over the core functions and
+kernels/core/cpu_gpu_rules.h) is built with the system C++ compiler and called through ctypes,
+against NumPy references on random inputs; sok_lite/key_hash.py is checked against the C++ key
+hash and owner rules. Skipped only where no C++ compiler exists.
+"""
+
+import ctypes
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CORE_SOURCES = ["unique.cc", "combine.cc", "optimizers.cc"]
+I64_MIN, I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+EXTREMES = np.array([I64_MIN, I64_MIN + 1, -(2**32), -2, -1, 0, 1, 2, 2**32, I64_MAX - 1, I64_MAX])
+RANKS = [1, 2, 3, 7, 8, 1000, 2**31 + 11]
+
+
+def load_key_hash():
+    # By path: `import sok_lite.key_hash` would run sok_lite/__init__.py, which imports TF.
+    spec = importlib.util.spec_from_file_location("key_hash", ROOT / "sok_lite" / "key_hash.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+key_hash = load_key_hash()
+
+P = np.ctypeslib.ndpointer
+I64, U64, I32, F32, F64 = (
+    P(np.int64, flags="C"),
+    P(np.uint64, flags="C"),
+    P(np.int32, flags="C"),
+    P(np.float32, flags="C"),
+    P(np.float64, flags="C"),
+)
+c_i64, c_u64, c_int, c_double = ctypes.c_int64, ctypes.c_uint64, ctypes.c_int, ctypes.c_double
+SIGNATURES = {
+    "sok_core_splitmix64": (None, [U64, c_i64, U64]),
+    "sok_core_splitmix64_finalizer": (None, [U64, c_i64, U64]),
+    "sok_core_key_hash": (None, [I64, c_i64, U64]),
+    "sok_core_hash_owner": (None, [I64, c_i64, c_i64, I64]),
+    "sok_core_row_owner": (None, [I64, c_i64, c_i64, I64, I64]),
+    "sok_core_owner": (None, [c_i64, I64, c_i64, c_i64, I64, I64]),
+    "sok_core_init_uniform": (None, [c_u64, I64, c_i64, c_i64, c_u64, F64]),
+    "sok_core_combiner_code": (c_int, [ctypes.c_char_p]),
+    "sok_core_optimizer_code": (c_int, [ctypes.c_char_p]),
+    "sok_core_unique_ids": (c_i64, [I64, c_i64, I64, I32]),
+    "sok_core_combine": (None, [F32, c_i64, I32, I64, c_i64, ctypes.c_void_p, c_int, F32]),
+    "sok_core_apply_rows": (
+        None,
+        [c_int, c_double, c_double, F64, c_int, c_i64, I64, F32, c_i64, F32]
+        + [ctypes.POINTER(ctypes.c_void_p), c_int],
+    ),
+}
+
+
+def find_cxx():
+    candidates = [os.environ.get("CXX"), shutil.which("g++"), shutil.which("c++")]
+    return next((c for c in candidates if c and shutil.which(c)), None)
+
+
+@pytest.fixture(scope="module")
+def core(tmp_path_factory):
+    cxx = find_cxx()
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    lib = tmp_path_factory.mktemp("core_capi") / "libcore_capi.so"
+    sources = [ROOT / "tests/core/core_capi.cc"] + [ROOT / "kernels/core" / s for s in CORE_SOURCES]
+    cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-Wall", f"-I{ROOT}", "-o", str(lib)]
+    built = subprocess.run(cmd + [str(s) for s in sources], capture_output=True, text=True)
+    assert built.returncode == 0, built.stdout + built.stderr
+    dll = ctypes.CDLL(str(lib))
+    for name, (restype, argtypes) in SIGNATURES.items():
+        fn = getattr(dll, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return dll
+
+
+def many_keys(rng, n=20000):
+    wide = rng.integers(I64_MIN, I64_MAX, n, dtype=np.int64, endpoint=True)
+    small = rng.integers(-1000, 1000, n // 4, dtype=np.int64)
+    return np.concatenate([EXTREMES, wide, small, np.arange(5000, dtype=np.int64)])
+
+
+# --- the key hash and owner rules: C++ header vs sok_lite/key_hash.py --------------------------
+
+
+def test_splitmix64_matches(core):
+    x = np.random.default_rng(0).integers(0, 2**64, 20000, dtype=np.uint64, endpoint=False)
+    x = np.concatenate([x, np.array([0, 1, 2**63, 2**64 - 1], np.uint64)])
+    got = np.empty_like(x)
+    core.sok_core_splitmix64(x, x.size, got)
+    np.testing.assert_array_equal(got, key_hash.splitmix64(x))
+    # The finalizer is the step without its increment.
+    core.sok_core_splitmix64_finalizer(x, x.size, got)
+    np.testing.assert_array_equal(got, key_hash.splitmix64(x - np.uint64(0x9E3779B97F4A7C15)))
+
+
+def test_key_hash_and_hash_owner_match(core):
+    keys = many_keys(np.random.default_rng(1))
+    hashes = np.empty(keys.size, np.uint64)
+    core.sok_core_key_hash(keys, keys.size, hashes)
+    np.testing.assert_array_equal(hashes, key_hash.key_hash(keys))
+    for n in RANKS:
+        owners, local = np.empty_like(keys), np.empty_like(keys)
+        core.sok_core_hash_owner(keys, keys.size, n, owners)
+        np.testing.assert_array_equal(owners, key_hash.hash_owner(keys, n))
+        assert owners.min() >= 0 and owners.max() < n
+        core.sok_core_owner(-2, keys, keys.size, n, owners, local)  # the exchange's Owner
+        np.testing.assert_array_equal(owners, key_hash.hash_owner(keys, n))
+        np.testing.assert_array_equal(local, keys)  # a key keeps its value on its rank
+
+
+def test_hash_owner_spreads_sequential_keys():
+    owners = key_hash.hash_owner(np.arange(30000), 3)
+    assert np.bincount(owners, minlength=3).min() > 9500
+
+
+def test_row_owner_and_local_row_match(core):
+    rng = np.random.default_rng(2)
+    ids = np.concatenate([np.arange(3000), rng.integers(0, I64_MAX, 5000), [I64_MAX]])
+    ids = ids.astype(np.int64)
+    for n in RANKS:
+        rank, local = np.empty_like(ids), np.empty_like(ids)
+        core.sok_core_row_owner(ids, ids.size, n, rank, local)
+        np.testing.assert_array_equal(rank, key_hash.row_owner(ids, n))
+        np.testing.assert_array_equal(local, key_hash.local_row(ids, n))
+        np.testing.assert_array_equal(local * n + rank, ids)
+        core.sok_core_owner(-1, ids, ids.size, n, rank, local)  # the exchange's Owner
+        np.testing.assert_array_equal(rank, key_hash.row_owner(ids, n))
+        np.testing.assert_array_equal(local, key_hash.local_row(ids, n))
+    rank, local = np.empty_like(ids), np.empty_like(ids)
+    core.sok_core_owner(5, ids, ids.size, 8, rank, local)  # localized on rank 5
+    assert (rank == 5).all()
+    np.testing.assert_array_equal(local, ids)
+
+
+def test_init_uniform_is_the_splitmix_draw(core):
+    """The counter-based draw of initial rows, as serving_init rebuilds it from the same mix."""
+    mix = key_hash.splitmix64
+    ids = many_keys(np.random.default_rng(3), 2000)
+    for seed, col, draw in [(0, 0, 0), (20261129, 5, 1), (2**64 - 1, 1023, 7)]:
+        got = np.empty(ids.size, np.float64)
+        core.sok_core_init_uniform(seed, ids, ids.size, col, draw, got)
+        h = mix(mix(np.uint64(seed)) ^ ids.view(np.uint64))
+        h = mix(h ^ np.uint64(col * 0x100000001B3 % 2**64) ^ np.uint64(draw << 40))
+        want = ((h >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
+        np.testing.assert_array_equal(got, want)
+        assert ((got > 0) & (got < 1)).all()
+
+
+def test_codes(core):
+    names = ["sum", "mean", "sqrtn"]
+    assert [core.sok_core_combiner_code(n.encode()) for n in names] == [0, 1, 2]
+    optimizers = ["sgd", "momentum", "nesterov", "adam", "amsgrad", "adagrad", "rmsprop", "ftrl"]
+    optimizers += ["adamax", "adadelta"]
+    assert [core.sok_core_optimizer_code(n.encode()) for n in optimizers] == list(range(10))
+    assert core.sok_core_combiner_code(b"max") == -1
+    assert core.sok_core_optimizer_code(b"lamb") == -1
+
+
+# --- a few core functions vs NumPy ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_unique_ids(core, seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 3000))
+    pool = np.concatenate([EXTREMES, rng.integers(I64_MIN, I64_MAX, 50, dtype=np.int64)])
+    ids = rng.choice(pool, n) if seed % 2 else rng.integers(0, 100, n).astype(np.int64)
+    unique, inverse = np.empty(n, np.int64), np.empty(n, np.int32)
+    count = core.sok_core_unique_ids(ids, n, unique, inverse)
+    values, first = np.unique(ids, return_index=True)
+    np.testing.assert_array_equal(unique[:count], values[np.argsort(first)])  # first-seen order
+    np.testing.assert_array_equal(unique[inverse], ids)
+
+
+@pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_segment_combine(core, combiner, weighted):
+    rng = np.random.default_rng(len(combiner) + weighted)
+    batch, dim, num_unique = 64, 13, 40
+    counts = rng.integers(0, 6, batch)
+    row_splits = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    n = int(row_splits[-1])
+    inverse = rng.integers(0, num_unique, n).astype(np.int32)
+    rows = rng.standard_normal((num_unique, dim)).astype(np.float32)
+    weights = rng.uniform(0.1, 2.0, n).astype(np.float32) if weighted else None
+    out = np.full((batch, dim), np.nan, np.float32)
+    w_ptr = None if weights is None else weights.ctypes.data
+    code = core.sok_core_combiner_code(combiner.encode())
+    core.sok_core_combine(rows, dim, inverse, row_splits, batch, w_ptr, code, out)
+    w = np.ones(n) if weights is None else weights.astype(np.float64)
+    want = np.zeros((batch, dim))
+    for b in range(batch):
+        k = slice(row_splits[b], row_splits[b + 1])
+        total = (w[k, None] * rows[inverse[k]]).sum(axis=0)
+        denom = {"sum": 1.0, "mean": w[k].sum(), "sqrtn": np.sqrt((w[k] ** 2).sum())}[combiner]
+        want[b] = total / denom if denom != 0 else 0.0
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("eps_outside", [0, 1])
+def test_adagrad_rows(core, eps_outside):
+    rng = np.random.default_rng(10 + eps_outside)
+    vocab, dim, n = 50, 7, 20
+    lr, wd, eps = 0.1, 0.01, 1e-7
+    var = rng.standard_normal((vocab, dim)).astype(np.float32)
+    acc = np.full((vocab, dim), 0.1, np.float32)
+    rows = rng.choice(vocab, n, replace=False).astype(np.int64)
+    grads = rng.standard_normal((n, dim)).astype(np.float32)
+    want_var, want_acc = var.copy(), acc.copy()
+    f = np.float32
+    w = want_var[rows]
+    w = w - w * f(wd) * f(lr)
+    a = want_acc[rows] + grads * grads
+    den = np.sqrt(a) + f(eps) if eps_outside else np.sqrt(a + f(eps))
+    want_var[rows], want_acc[rows] = w - (f(lr) * grads) / den, a
+    params = np.array([eps, eps_outside], np.float64)
+    slots = (ctypes.c_void_p * 1)(acc.ctypes.data)
+    code = core.sok_core_optimizer_code(b"adagrad")
+    core.sok_core_apply_rows(code, lr, wd, params, 2, dim, rows, grads, n, var, slots, 1)
+    np.testing.assert_allclose(acc, want_acc, rtol=1e-6)
+    np.testing.assert_allclose(var, want_var, rtol=1e-5, atol=1e-6)
+
+
+def test_without_tensorflow():
+    """This module and key_hash.py import no TensorFlow (checked in a fresh interpreter, since
+    other test modules of the same run may have imported it)."""
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('t', {str(Path(__file__))!r})\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "module.key_hash.hash_owner([1, 2, 3], 2)\n"
+        "assert 'tensorflow' not in sys.modules, 'tensorflow was imported'\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
