@@ -10,15 +10,14 @@ import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite._tf_internals import BaseResourceVariable, variable_accessed
-
 from sok_lite.comm.shards import create_shards
 from sok_lite.initializers import RowInitializer, row_initializer
+from sok_lite.key_hash import OWNER_BY_HASH, hash_owner
 from sok_lite.lookup import lookup_sparse
 from sok_lite.ops import dynamic_ops
 from sok_lite.optimizer_rules import rule_for
 from sok_lite.placement import Placement
 from sok_lite.serving import ServingTable
-from sok_lite.key_hash import OWNER_BY_HASH, hash_owner
 from sok_lite.table_kind import TableKind
 
 _table_ids = itertools.count()

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from sok_lite.key_hash import local_row, row_owner
 
+
 def _row_owner(ids, num_ranks: int):
     """(owner rank, local row) of global row ids of a distributed table (sok_lite.key_hash)."""
     return row_owner(ids, num_ranks), local_row(ids, num_ranks)

@@ -8,6 +8,7 @@ from sok_lite import comm
 from sok_lite._tf_internals import ResourceVariable
 from sok_lite.comm.shards import create_shards
 from sok_lite.initializers import RowInitializer, row_initializer
+from sok_lite.key_hash import OWNER_BY_ROW, global_row
 from sok_lite.ops import lookup_ops
 from sok_lite.ops.optimizer_ops import sparse_apply
 from sok_lite.optimizer_rules import rule_for
@@ -21,7 +22,6 @@ from sok_lite.slots import (
     stepped_row_wise,
     updated_since,
 )
-from sok_lite.key_hash import OWNER_BY_ROW, global_row
 from sok_lite.table_kind import TableKind, _row_owner
 
 
