@@ -1,22 +1,12 @@
-// The row initializer op: deterministic initial rows from (seed, row id), see core/row_init.h.
-#include "kernels/core/row_init.h"
-#include "kernels/tf/cpu_parallel.h"
-#include "kernels/tf/input_checks.h"
-#include "kernels/tf/kernel_args.h"
+// Op registration of the row initializer: deterministic initial rows from (seed, row id), see
+// core/row_init.h; its kernels are in init_kernels.h.
 #include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
 namespace sok_lite {
 
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
 using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
-namespace errors = ::tensorflow::errors;
 
 namespace {
 
@@ -47,38 +37,5 @@ Initial rows for row ids (global row ids or hash keys), a pure function of (seed
 kind: "random_normal" (a = mean, b = stddev), "truncated_normal" (the same, redrawn beyond 2
   stddev), "random_uniform" (a = minval, b = maxval) or "constant" (a = value).
 )doc");
-
-template <typename T>
-class InitRowsOp : public OpKernel {
- public:
-  explicit InitRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ReadRowWidth(ctx, int64_t{1} << 24, &dim_));
-    OP_REQUIRES_OK(ctx, ReadRowInit(ctx, "kind", "a", "b", &init_));
-  }
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& ids = ctx->input(0);
-    const int64_t n = ids.NumElements();
-    TensorShape shape;
-    OP_REQUIRES_OK(ctx, SafeShape({n, dim_}, &shape));
-    Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &out));
-    const int64_t* id = ids.flat<int64_t>().data();
-    T* dst = out->flat<T>().data();
-    ParallelFor(ctx, n, 40 * dim_ + 1,
-                [&](int64_t i0, int64_t i1) { InitRows(init_, id, dim_, i0, i1, dst); });
-  }
-
- private:
-  int64_t dim_ = 0;
-  RowInit init_;
-};
-
-REGISTER_KERNEL_BUILDER(
-    Name("SokLiteInitRows").Device(::tensorflow::DEVICE_CPU).TypeConstraint<float>("dtype"),
-    InitRowsOp<float>);
-REGISTER_KERNEL_BUILDER(
-    Name("SokLiteInitRows").Device(::tensorflow::DEVICE_CPU).TypeConstraint<double>("dtype"),
-    InitRowsOp<double>);
 
 }  // namespace sok_lite

@@ -1,125 +1,70 @@
-// CPU kernel of the row-wise optimizers; the math lives in kernels/core/optimizers.
+// CPU functor and kernel registration of SokLiteSparseApply (kernel class in
+// optimizer_kernels.h); the math lives in kernels/core/optimizers.
+#include "kernels/tf/optimizer_kernels.h"
+
 #include <algorithm>
-#include <memory>
-#include <string>
+#include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "kernels/core/optimizers.h"
 #include "kernels/core/unique.h"
 #include "kernels/tf/cpu_parallel.h"
-#include "kernels/tf/input_checks.h"
-#include "kernels/tf/optimizer_args.h"
-#include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/resource_mgr.h"
-#include "tensorflow/core/framework/resource_var.h"
 
 namespace sok_lite {
 
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-using ::tensorflow::Var;
-namespace errors = ::tensorflow::errors;
-
-namespace {
-
-// Makes the variable's buffer safe to update in place (the caller holds its lock exclusively):
-// copy-on-read mode, so that dense readers get copies, and a private copy of the buffer if a
-// reader still shares it. This is what TF's own sparse update ops do.
-absl::Status PrepareInPlaceUpdate(OpKernelContext* ctx, Var* var) {
-  var->copy_on_read_mode.store(true);
-  Tensor* t = var->tensor();
-  if (t->RefCountIsOne()) return absl::OkStatus();
-  Tensor copy;
-  TF_RETURN_IF_ERROR(ctx->allocate_temp(t->dtype(), t->shape(), &copy));
-  std::copy_n(static_cast<const char*>(t->data()), t->TotalBytes(),
-              static_cast<char*>(copy.data()));
-  *t = copy;
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 template <typename T>
-class SparseApplyOp : public OpKernel {
+class SparseApplyFunctor<CPUDevice, T> {
  public:
-  explicit SparseApplyOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ReadOptimizerKind(ctx, &kind_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("var_name", &name_));
+  static constexpr int64_t kMaxIndices = std::numeric_limits<int64_t>::max();
+
+  // The distinct rows and the gradients summed per distinct row, on the host before locking.
+  absl::Status Unique(tensorflow::OpKernelContext*, const tensorflow::Tensor& indices,
+                      const tensorflow::Tensor& grads, int64_t dim) {
+    g_ = SumRepeatedRows(indices.flat<int64_t>().data(), indices.NumElements(),
+                         grads.flat<T>().data(), dim, &rows_, &summed_);
+    return absl::OkStatus();
   }
 
-  void Compute(OpKernelContext* ctx) override {
-    const int num_slots = num_inputs() - 4;
-    const Tensor& indices = ctx->input(num_slots + 1);
-    const Tensor& grads = ctx->input(num_slots + 2);
-    const Tensor& hyper_t = ctx->input(num_slots + 3);
-    const std::string label = "variable '" + name_ + "'";
-    OptimizerHyper hyper;
-    OP_REQUIRES_OK(ctx, ReadOptimizerHyper(hyper_t, kind_, num_slots, label, &hyper));
-    OP_REQUIRES_OK(ctx, RankInput(ctx, num_slots + 2, 2));
-    const int64_t n = indices.NumElements();
-    const int64_t dim = grads.dim_size(1);
-    OP_REQUIRES(ctx, grads.dim_size(0) == n,
-                errors::InvalidArgument(label, ": ", grads.dim_size(0), " gradient rows for ", n,
-                                        " indices"));
-
-    std::vector<int64_t> rows;
-    std::vector<T> summed;
-    const T* g = SumRepeatedRows(indices.flat<int64_t>().data(), n, grads.flat<T>().data(), dim,
-                                 &rows, &summed);
-    const int64_t u = rows.size();
-
-    std::vector<tensorflow::core::RefCountPtr<Var>> vars(num_slots + 1);
-    for (int i = 0; i <= num_slots; ++i) {
-      OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, i), &vars[i]));
+  absl::Status FirstBadRow(tensorflow::OpKernelContext*, int64_t num_rows, bool* bad,
+                           int64_t* row) {
+    for (int64_t r : rows_) {
+      if (r < 0 || r >= num_rows) {
+        *bad = true;
+        *row = r;
+        break;
+      }
     }
-    // Lock every variable exclusively, in address order so that concurrent steps cannot deadlock.
-    std::vector<Var*> order;
-    for (auto& v : vars) order.push_back(v.get());
-    std::sort(order.begin(), order.end());
-    order.erase(std::unique(order.begin(), order.end()), order.end());
-    std::vector<std::unique_ptr<tensorflow::mutex_lock>> locks;
-    for (Var* v : order) locks.push_back(std::make_unique<tensorflow::mutex_lock>(*v->mu()));
+    return absl::OkStatus();
+  }
 
-    OP_REQUIRES_OK(ctx, CheckTable<T>(vars[0].get(), label));
-    const TensorShape shape = vars[0]->tensor()->shape();
-    OP_REQUIRES(ctx, shape.dim_size(1) == dim,
-                errors::InvalidArgument(label, ": gradient rows have ", dim, " columns, the ",
-                                        "variable ", shape.dim_size(1)));
-    for (int i = 1; i <= num_slots; ++i) {
-      OP_REQUIRES_OK(ctx, CheckTable<T>(vars[i].get(), label + " slot " + std::to_string(i - 1)));
-      OP_REQUIRES(ctx, vars[i]->tensor()->shape() == shape,
-                  errors::InvalidArgument(label, ": slot ", i - 1, " has shape ",
-                                          vars[i]->tensor()->shape().DebugString()));
-    }
-    for (int64_t r : rows) {
-      OP_REQUIRES(ctx, r >= 0 && r < shape.dim_size(0),
-                  errors::InvalidArgument(label, ": gradient row ", r, " is out of range [0, ",
-                                          shape.dim_size(0), ")"));
-    }
-    for (Var* v : order) OP_REQUIRES_OK(ctx, PrepareInPlaceUpdate(ctx, v));
+  static absl::Status CopyBuffer(tensorflow::OpKernelContext*, const tensorflow::Tensor& from,
+                                 tensorflow::Tensor* to) {
+    std::copy_n(static_cast<const char*>(from.data()), from.TotalBytes(),
+                static_cast<char*>(to->data()));
+    return absl::OkStatus();
+  }
 
-    T* w = vars[0]->tensor()->flat<T>().data();
-    std::vector<T*> slots;
-    for (int i = 1; i <= num_slots; ++i) slots.push_back(vars[i]->tensor()->flat<T>().data());
-    ParallelFor(ctx, u, 20 * dim + 10, [&](int64_t i0, int64_t i1) {
-      ApplyRows(kind_, hyper, dim, rows.data(), g, i0, i1, w, slots);
+  absl::Status Apply(tensorflow::OpKernelContext* ctx, OptimizerKind kind,
+                     const OptimizerHyper& hyper, int64_t dim, T* w, const std::vector<T*>& slots) {
+    ParallelFor(ctx, rows_.size(), 20 * dim + 10, [&](int64_t i0, int64_t i1) {
+      ApplyRows(kind, hyper, dim, rows_.data(), g_, i0, i1, w, slots);
     });
+    return absl::OkStatus();
   }
 
  private:
-  OptimizerKind kind_;
-  std::string name_;
+  std::vector<int64_t> rows_;
+  std::vector<T> summed_;
+  const T* g_ = nullptr;  // the gradient of rows_[j] at row j: grads itself or summed_
 };
 
 REGISTER_KERNEL_BUILDER(
     Name("SokLiteSparseApply").Device(::tensorflow::DEVICE_CPU).TypeConstraint<float>("dtype"),
-    SparseApplyOp<float>);
+    SparseApplyOp<CPUDevice, float>);
 REGISTER_KERNEL_BUILDER(
     Name("SokLiteSparseApply").Device(::tensorflow::DEVICE_CPU).TypeConstraint<double>("dtype"),
-    SparseApplyOp<double>);
+    SparseApplyOp<CPUDevice, double>);
 
 }  // namespace sok_lite

@@ -1,53 +1,27 @@
-// GPU kernel of the row initializer (op registered in kernels/tf/init_ops.cc), float32 only:
-// the same counter-based values as the CPU kernel for every id.
-#include <string>
+// GPU functor and kernel registration of SokLiteInitRows (kernel class in
+// kernels/tf/init_kernels.h), float32 only: the same counter-based values as the CPU for every id.
+#include <cstdint>
 
 #include "kernels/core/row_init.h"
 #include "kernels/cuda/sok_lite_cuda.h"
-#include "kernels/tf/input_checks.h"
-#include "kernels/tf/kernel_args.h"
+#include "kernels/tf/init_kernels.h"
 #include "kernels/tf_gpu/gpu_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
 namespace sok_lite {
 
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-namespace errors = ::tensorflow::errors;
-
-class InitRowsGpuOp : public OpKernel {
- public:
-  explicit InitRowsGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    RowInit init;
-    OP_REQUIRES_OK(ctx, ReadRowWidth(ctx, int64_t{1} << 24, &dim_));
-    OP_REQUIRES_OK(ctx, ReadRowInit(ctx, "kind", "a", "b", &init));
-    // SokLiteCudaInitKind has InitKind's order.
-    init_ = {static_cast<int>(init.kind), init.seed, init.a, init.b};
-  }
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& ids = ctx->input(0);
-    const int64_t n = ids.NumElements();
-    TensorShape shape;
-    OP_REQUIRES_OK(ctx, SafeShape({n, dim_}, &shape));
-    Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &out));
-    OP_REQUIRES_OK(ctx,
-                   CudaStatus(sok_lite_cuda_init_rows(&init_, ids.flat<int64_t>().data(), n, dim_,
-                                                      out->flat<float>().data(), OpStream(ctx)),
-                              "init_rows"));
-  }
-
- private:
-  int64_t dim_ = 0;
-  SokLiteCudaRowInit init_ = {};
-};
+template <>
+absl::Status InitRowsFunctor<GPUDevice, float>::Compute(tensorflow::OpKernelContext* ctx,
+                                                        const RowInit& init, const int64_t* ids,
+                                                        int64_t n, int64_t dim, float* out) {
+  // SokLiteCudaInitKind has InitKind's order.
+  const SokLiteCudaRowInit cuda_init = {static_cast<int>(init.kind), init.seed, init.a, init.b};
+  return CudaStatus(sok_lite_cuda_init_rows(&cuda_init, ids, n, dim, out, OpStream(ctx)),
+                    "init_rows");
+}
 
 REGISTER_KERNEL_BUILDER(
     Name("SokLiteInitRows").Device(::tensorflow::DEVICE_GPU).TypeConstraint<float>("dtype"),
-    InitRowsGpuOp);
+    InitRowsOp<GPUDevice, float>);
 
 }  // namespace sok_lite

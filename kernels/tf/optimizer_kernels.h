@@ -1,0 +1,129 @@
+// The one kernel class of SokLiteSparseApply (op in optimizer_ops.cc), shared by the CPU and GPU
+// op libraries: attribute reads, input checks, locking and error texts live here once; only the
+// row arithmetic differs, through SparseApplyFunctor<Device, T>, which optimizer_kernels.cc
+// defines for CPUDevice and kernels/tf_gpu/optimizer_kernels_gpu.cc for GPUDevice.
+#ifndef SOK_LITE_KERNELS_TF_OPTIMIZER_KERNELS_H_
+#define SOK_LITE_KERNELS_TF_OPTIMIZER_KERNELS_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/core/optimizers.h"
+#include "kernels/tf/device.h"
+#include "kernels/tf/input_checks.h"
+#include "kernels/tf/optimizer_args.h"
+#include "kernels/tf/table_util.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
+
+namespace sok_lite {
+
+// One step's distinct rows on one device, defined per device. The kernel calls, in order:
+//   absl::Status Unique(ctx, indices, grads, dim): before the variables are locked, the
+//     distinct rows of `indices` in first-occurrence order (and, where the device does it
+//     then, their summed gradients);
+//   absl::Status FirstBadRow(ctx, num_rows, &bad, &row): under the locks, whether a distinct
+//     row is outside [0, num_rows) and the first such row in first-occurrence order;
+//   static absl::Status CopyBuffer(ctx, from, &to): copies a variable's buffer on the device;
+//   absl::Status Apply(ctx, kind, hyper, dim, var, slots): the update of every distinct row
+//     of var and its slots (device pointers), with the gradients of repeated rows summed.
+// kMaxIndices bounds the number of indices the device's launchers take.
+template <typename Device, typename T>
+class SparseApplyFunctor;
+
+// Makes the variable's buffer safe to update in place (the caller holds its lock exclusively):
+// copy-on-read mode, so that dense readers get copies, and a private copy of the buffer if a
+// reader still shares it. This is what TF's own sparse update ops do.
+template <typename Functor>
+absl::Status PrepareInPlaceUpdate(tensorflow::OpKernelContext* ctx, tensorflow::Var* var) {
+  var->copy_on_read_mode.store(true);
+  tensorflow::Tensor* t = var->tensor();
+  if (t->RefCountIsOne()) return absl::OkStatus();
+  tensorflow::Tensor copy;
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(t->dtype(), t->shape(), &copy));
+  TF_RETURN_IF_ERROR(Functor::CopyBuffer(ctx, *t, &copy));
+  *t = copy;
+  return absl::OkStatus();
+}
+
+template <typename Device, typename T>
+class SparseApplyOp : public tensorflow::OpKernel {
+  using Functor = SparseApplyFunctor<Device, T>;
+
+ public:
+  explicit SparseApplyOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ReadOptimizerKind(ctx, &kind_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("var_name", &name_));
+  }
+
+  void Compute(tensorflow::OpKernelContext* ctx) override {
+    namespace errors = ::tensorflow::errors;
+    using ::tensorflow::Tensor;
+    using ::tensorflow::Var;
+    const int num_slots = num_inputs() - 4;
+    const Tensor& indices = ctx->input(num_slots + 1);
+    const Tensor& grads = ctx->input(num_slots + 2);
+    const Tensor& hyper_t = ctx->input(num_slots + 3);  // host memory on either device
+    const std::string label = "variable '" + name_ + "'";
+    OptimizerHyper hyper;
+    OP_REQUIRES_OK(ctx, ReadOptimizerHyper(hyper_t, kind_, num_slots, label, &hyper));
+    OP_REQUIRES_OK(ctx, RankInput(ctx, num_slots + 2, 2));
+    const int64_t n = indices.NumElements();
+    const int64_t dim = grads.dim_size(1);
+    OP_REQUIRES(ctx, grads.dim_size(0) == n,
+                errors::InvalidArgument(label, ": ", grads.dim_size(0), " gradient rows for ", n,
+                                        " indices"));
+    OP_REQUIRES(ctx, n < Functor::kMaxIndices,
+                errors::InvalidArgument(label, ": more than 2^31 indices"));
+    Functor rows;
+    OP_REQUIRES_OK(ctx, rows.Unique(ctx, indices, grads, dim));
+
+    std::vector<tensorflow::core::RefCountPtr<Var>> vars(num_slots + 1);
+    for (int i = 0; i <= num_slots; ++i) {
+      OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, i), &vars[i]));
+    }
+    // Lock every variable exclusively, in address order so that concurrent steps cannot deadlock.
+    std::vector<Var*> order;
+    for (auto& v : vars) order.push_back(v.get());
+    std::sort(order.begin(), order.end());
+    order.erase(std::unique(order.begin(), order.end()), order.end());
+    std::vector<std::unique_ptr<tensorflow::mutex_lock>> locks;
+    for (Var* v : order) locks.push_back(std::make_unique<tensorflow::mutex_lock>(*v->mu()));
+
+    OP_REQUIRES_OK(ctx, CheckTable<T>(vars[0].get(), label));
+    const tensorflow::TensorShape shape = vars[0]->tensor()->shape();
+    OP_REQUIRES(ctx, shape.dim_size(1) == dim,
+                errors::InvalidArgument(label, ": gradient rows have ", dim, " columns, the ",
+                                        "variable ", shape.dim_size(1)));
+    for (int i = 1; i <= num_slots; ++i) {
+      OP_REQUIRES_OK(ctx, CheckTable<T>(vars[i].get(), label + " slot " + std::to_string(i - 1)));
+      OP_REQUIRES(ctx, vars[i]->tensor()->shape() == shape,
+                  errors::InvalidArgument(label, ": slot ", i - 1, " has shape ",
+                                          vars[i]->tensor()->shape().DebugString()));
+    }
+    bool bad = false;
+    int64_t r = 0;
+    OP_REQUIRES_OK(ctx, rows.FirstBadRow(ctx, shape.dim_size(0), &bad, &r));
+    OP_REQUIRES(ctx, !bad,
+                errors::InvalidArgument(label, ": gradient row ", r, " is out of range [0, ",
+                                        shape.dim_size(0), ")"));
+    for (Var* v : order) OP_REQUIRES_OK(ctx, PrepareInPlaceUpdate<Functor>(ctx, v));
+
+    std::vector<T*> slots;
+    for (int i = 1; i <= num_slots; ++i) slots.push_back(vars[i]->tensor()->flat<T>().data());
+    OP_REQUIRES_OK(ctx,
+                   rows.Apply(ctx, kind_, hyper, dim, vars[0]->tensor()->flat<T>().data(), slots));
+  }
+
+ private:
+  OptimizerKind kind_;
+  std::string name_;
+};
+
+}  // namespace sok_lite
+
+#endif  // SOK_LITE_KERNELS_TF_OPTIMIZER_KERNELS_H_
