@@ -1,6 +1,9 @@
 // Op registrations of the lookup family. The lookup is split into four ops so that the distributed
 // path can put collectives between them: unique ids -> gather rows -> combine per sample, and the
 // gradient of the combine.
+#include <string>
+#include <vector>
+
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -19,91 +22,120 @@ int32_t NumTables(InferenceContext* c) {
   return c->GetAttr("N", &n).ok() ? n : 0;
 }
 
+// The index of the first input of list `name` of op `op`. The InferenceContext gives a list's
+// shapes by name but resource handle data and constant inputs only by index; the offset comes
+// from the op's registration, where every list input has N entries.
+Status ListStart(InferenceContext* c, const std::string& op, absl::string_view name, int* start) {
+  const tensorflow::OpDef* def = nullptr;
+  TF_RETURN_IF_ERROR(tensorflow::OpRegistry::Global()->LookUpOpDef(op, &def));
+  *start = 0;
+  for (const auto& arg : def->input_arg()) {
+    if (arg.name() == name) return absl::OkStatus();
+    *start += arg.number_attr().empty() ? 1 : NumTables(c);
+  }
+  return tensorflow::errors::InvalidArgument(op, " has no input ", name);
+}
+
+// The shapes of list input `name`, each checked to have rank `rank`.
+Status ListWithRank(InferenceContext* c, absl::string_view name, int rank,
+                    std::vector<ShapeHandle>* shapes) {
+  TF_RETURN_IF_ERROR(c->input(name, shapes));
+  for (ShapeHandle& shape : *shapes) TF_RETURN_IF_ERROR(c->WithRank(shape, rank, &shape));
+  return absl::OkStatus();
+}
+
 // Batch size of a ragged feature: its row_splits have batch + 1 entries.
-Status BatchFromRowSplits(InferenceContext* c, int row_splits_input, DimensionHandle* batch) {
-  ShapeHandle splits;
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(row_splits_input), 1, &splits));
+Status BatchFromRowSplits(InferenceContext* c, ShapeHandle splits, DimensionHandle* batch) {
+  TF_RETURN_IF_ERROR(c->WithRank(splits, 1, &splits));
   return c->Subtract(c->Dim(splits, 0), 1, batch);
 }
 
 // Inputs: ids[N], row_splits[N]. Outputs: unique_ids[N] (length unknown), inverse[N] (as ids).
 Status UniqueIdsShape(InferenceContext* c) {
-  const int32_t n = NumTables(c);
-  for (int32_t t = 0; t < n; ++t) {
-    ShapeHandle ids;
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(t), 1, &ids));
+  std::vector<ShapeHandle> ids, splits;
+  TF_RETURN_IF_ERROR(ListWithRank(c, "ids", 1, &ids));
+  TF_RETURN_IF_ERROR(c->input("row_splits", &splits));
+  std::vector<ShapeHandle> unique_ids;
+  for (size_t t = 0; t < ids.size(); ++t) {
     DimensionHandle batch;
-    TF_RETURN_IF_ERROR(BatchFromRowSplits(c, n + t, &batch));
-    c->set_output(t, c->Vector(InferenceContext::kUnknownDim));
-    c->set_output(n + t, ids);
+    TF_RETURN_IF_ERROR(BatchFromRowSplits(c, splits[t], &batch));
+    unique_ids.push_back(c->Vector(InferenceContext::kUnknownDim));
   }
-  return absl::OkStatus();
+  TF_RETURN_IF_ERROR(c->set_output("unique_ids", unique_ids));
+  return c->set_output("inverse", ids);
 }
 
 // Inputs: handles[N], indices[N]. Outputs: rows[N] of shape [len(indices), dim of the variable].
 Status GatherRowsShape(InferenceContext* c) {
-  const int32_t n = NumTables(c);
-  for (int32_t t = 0; t < n; ++t) {
-    ShapeHandle indices;
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(n + t), 1, &indices));
+  std::vector<ShapeHandle> indices;
+  TF_RETURN_IF_ERROR(ListWithRank(c, "indices", 1, &indices));
+  int handles = 0;
+  TF_RETURN_IF_ERROR(ListStart(c, "SokLiteGatherRows", "handles", &handles));
+  std::vector<ShapeHandle> rows;
+  for (size_t t = 0; t < indices.size(); ++t) {
     DimensionHandle dim = c->UnknownDim();
-    const auto* handle_data = c->input_handle_shapes_and_types(t);
+    const auto* handle_data = c->input_handle_shapes_and_types(handles + t);
     if (handle_data != nullptr && handle_data->size() == 1) {
       ShapeHandle var_shape;
       TF_RETURN_IF_ERROR(c->WithRank((*handle_data)[0].shape, 2, &var_shape));
       dim = c->Dim(var_shape, 1);
     }
-    c->set_output(t, c->Matrix(c->Dim(indices, 0), dim));
+    rows.push_back(c->Matrix(c->Dim(indices[t], 0), dim));
   }
-  return absl::OkStatus();
+  return c->set_output("rows", rows);
 }
 
 // Inputs: rows[N] [U, dim], inverse[N], row_splits[N], weights[N]. Outputs: [batch, dim].
 Status SegmentCombineShape(InferenceContext* c) {
-  const int32_t n = NumTables(c);
-  for (int32_t t = 0; t < n; ++t) {
-    ShapeHandle rows, inverse, weights;
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(t), 2, &rows));
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(n + t), 1, &inverse));
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(3 * n + t), 1, &weights));
+  std::vector<ShapeHandle> rows, unused, splits;
+  TF_RETURN_IF_ERROR(ListWithRank(c, "rows", 2, &rows));
+  TF_RETURN_IF_ERROR(ListWithRank(c, "inverse", 1, &unused));
+  TF_RETURN_IF_ERROR(ListWithRank(c, "weights", 1, &unused));
+  TF_RETURN_IF_ERROR(c->input("row_splits", &splits));
+  std::vector<ShapeHandle> embeddings;
+  for (size_t t = 0; t < rows.size(); ++t) {
     DimensionHandle batch;
-    TF_RETURN_IF_ERROR(BatchFromRowSplits(c, 2 * n + t, &batch));
-    c->set_output(t, c->Matrix(batch, c->Dim(rows, 1)));
+    TF_RETURN_IF_ERROR(BatchFromRowSplits(c, splits[t], &batch));
+    embeddings.push_back(c->Matrix(batch, c->Dim(rows[t], 1)));
   }
-  return absl::OkStatus();
+  return c->set_output("embeddings", embeddings);
 }
 
 // Inputs: grads[N] [batch, dim], inverse[N], row_splits[N], weights[N], num_unique[N] (scalars).
 // Outputs: row_grads[N] [num_unique, dim].
 Status SegmentCombineGradShape(InferenceContext* c) {
-  const int32_t n = NumTables(c);
-  for (int32_t t = 0; t < n; ++t) {
-    ShapeHandle grads, unused;
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(t), 2, &grads));
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(n + t), 1, &unused));
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(3 * n + t), 1, &unused));
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(4 * n + t), 0, &unused));
+  std::vector<ShapeHandle> grads, unused, splits;
+  TF_RETURN_IF_ERROR(ListWithRank(c, "grads", 2, &grads));
+  TF_RETURN_IF_ERROR(ListWithRank(c, "inverse", 1, &unused));
+  TF_RETURN_IF_ERROR(ListWithRank(c, "weights", 1, &unused));
+  TF_RETURN_IF_ERROR(ListWithRank(c, "num_unique", 0, &unused));
+  TF_RETURN_IF_ERROR(c->input("row_splits", &splits));
+  int num_unique_start = 0;
+  TF_RETURN_IF_ERROR(ListStart(c, "SokLiteSegmentCombineGrad", "num_unique", &num_unique_start));
+  std::vector<ShapeHandle> row_grads;
+  for (size_t t = 0; t < grads.size(); ++t) {
     DimensionHandle batch;
-    TF_RETURN_IF_ERROR(BatchFromRowSplits(c, 2 * n + t, &batch));
-    TF_RETURN_IF_ERROR(c->Merge(c->Dim(grads, 0), batch, &batch));
+    TF_RETURN_IF_ERROR(BatchFromRowSplits(c, splits[t], &batch));
+    TF_RETURN_IF_ERROR(c->Merge(c->Dim(grads[t], 0), batch, &batch));
     DimensionHandle num_unique;
-    TF_RETURN_IF_ERROR(c->MakeDimForScalarInput(4 * n + t, &num_unique));
-    c->set_output(t, c->Matrix(num_unique, c->Dim(grads, 1)));
+    TF_RETURN_IF_ERROR(c->MakeDimForScalarInput(num_unique_start + t, &num_unique));
+    row_grads.push_back(c->Matrix(num_unique, c->Dim(grads[t], 1)));
   }
-  return absl::OkStatus();
+  return c->set_output("row_grads", row_grads);
 }
 
 // Inputs: row_ids [n], nrows scalar. Output: row_splits [nrows + 1].
 Status RowSplitsFromRowIdsShape(InferenceContext* c) {
-  ShapeHandle unused;
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &unused));
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &unused));
+  std::vector<ShapeHandle> unused;
+  TF_RETURN_IF_ERROR(ListWithRank(c, "row_ids", 1, &unused));
+  TF_RETURN_IF_ERROR(ListWithRank(c, "nrows", 0, &unused));
+  int nrows_index = 0;
+  TF_RETURN_IF_ERROR(ListStart(c, "SokLiteRowSplitsFromRowIds", "nrows", &nrows_index));
   DimensionHandle nrows;
-  TF_RETURN_IF_ERROR(c->MakeDimForScalarInput(1, &nrows));
+  TF_RETURN_IF_ERROR(c->MakeDimForScalarInput(nrows_index, &nrows));
   DimensionHandle splits;
   TF_RETURN_IF_ERROR(c->Add(nrows, 1, &splits));
-  c->set_output(0, c->Vector(splits));
-  return absl::OkStatus();
+  return c->set_output("row_splits", {c->Vector(splits)});
 }
 
 }  // namespace

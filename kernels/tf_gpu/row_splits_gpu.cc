@@ -1,8 +1,8 @@
 // GPU registration of SokLiteRowSplitsFromRowIds (op in kernels/tf/lookup_ops.cc). Its inputs and
 // output live in host memory: the row ids of a SparseTensor are scanned once, in order, to check
-// row-major order, and the splits are small; TF copies them across as needed. The kernel is the
-// CPU one (kernels/tf/row_splits_op.h).
-#include "kernels/tf/row_splits_op.h"
+// row-major order, and the splits are small; TF copies them across as needed. The kernel class is
+// in kernels/tf/lookup_kernels.h.
+#include "kernels/tf/lookup_kernels.h"
 
 namespace sok_lite {
 
@@ -11,6 +11,6 @@ REGISTER_KERNEL_BUILDER(Name("SokLiteRowSplitsFromRowIds")
                             .HostMemory("row_ids")
                             .HostMemory("nrows")
                             .HostMemory("row_splits"),
-                        RowSplitsFromRowIdsOp);
+                        RowSplitsFromRowIdsOp<GPUDevice>);
 
 }  // namespace sok_lite
