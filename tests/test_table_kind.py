@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite import table_kind
+from sok_lite import key_hash, table_kind
 from sok_lite.table_kind import TableKind
 
 
@@ -29,14 +29,14 @@ def test_a_kind_that_misses_a_method_cannot_be_built():
 
 
 @pytest.mark.parametrize("num_ranks", [1, 2, 3, 5])
-def test_row_owner_global_rows_and_rows_held_agree(num_ranks):
+def test_row_owner_global_row_and_rows_held_agree(num_ranks):
     rows = 17
     ids = np.arange(rows)
     owner, local = table_kind._row_owner(ids, num_ranks)
     for rank in range(num_ranks):
         mine = ids[owner == rank]
-        assert table_kind.rows_held(rows, rank, num_ranks) == len(mine)
-        held = table_kind.global_rows(np.arange(len(mine)), rank, num_ranks)
+        assert key_hash.rows_held(rows, rank, num_ranks) == len(mine)
+        held = key_hash.global_row(np.arange(len(mine)), rank, num_ranks)
         np.testing.assert_array_equal(held, mine)
         np.testing.assert_array_equal(local[owner == rank], np.arange(len(mine)))
 
@@ -47,8 +47,8 @@ def test_what_each_kind_answers():
     assert (static.keyed, dynamic.keyed) == (False, True)
     assert (static.id_limit, dynamic.id_limit) == (5, -1)
     assert (static.owner_code, dynamic.owner_code) == (
-        table_kind.OWNER_BY_ROW,
-        table_kind.OWNER_BY_HASH,
+        key_hash.OWNER_BY_ROW,
+        key_hash.OWNER_BY_HASH,
     )
     assert dynamic.id_dtypes == (tf.int32,)
     assert dynamic.slot_variables(None, None) is None
