@@ -45,7 +45,7 @@ test-asan: setup
 
 # A long op-fuzzing campaign (make test runs a bounded one).
 fuzz: setup
-	SOK_LITE_FUZZ_EXAMPLES=$${SOK_LITE_FUZZ_EXAMPLES:-500} $(PY) -m pytest -q tests/test_op_fuzz.py
+	SOK_LITE_FUZZ_EXAMPLES=$${SOK_LITE_FUZZ_EXAMPLES:-500} $(PY) -m pytest -q tests/ops/fuzz/test_op_fuzz.py
 
 lint: $(DEPS_STAMP)
 	$(PY) -m ruff check .

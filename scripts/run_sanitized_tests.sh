@@ -69,7 +69,7 @@ if [[ $# -eq 0 ]]; then
 fi
 status=0
 "$python" -P -m pytest -p no:cacheprovider --rootdir="$root" \
-  --ignore="$root/tests/test_cuda_compiles.py" --ignore="$root/tests/test_gpu_ops_compile.py" \
+  --ignore="$root/tests/build/test_cuda_compiles.py" --ignore="$root/tests/build/test_gpu_ops_compile.py" \
   "$@" || status=$?
 
 if compgen -G "$logs/*" >/dev/null; then

@@ -1,6 +1,6 @@
 """The TensorFlow internals sok_lite relies on, in one place.
 
-Each name here is private to TensorFlow; tests/test_package.py
+Each name here is private to TensorFlow; tests/api/test_package.py
 (test_private_tensorflow_names_still_exist) fails loudly if one moves.
 """
 

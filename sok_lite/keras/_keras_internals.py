@@ -1,7 +1,7 @@
 """The Keras 3 and TensorFlow internals sok_lite.keras relies on, in one place.
 
-Each name here is private to Keras or TensorFlow; tests/test_keras_internals.py fails loudly if one
-moves.
+Each name here is private to Keras or TensorFlow; tests/keras/test_keras_internals.py fails
+loudly if one moves.
 """
 
 import tensorflow as tf

@@ -1,5 +1,6 @@
-"""Trains and dumps, or loads, the tables of tests/checkpoint_model.py on this job's ranks, then
-saves every (global id or key -> value and slots) row this rank holds for the launching test."""
+"""Trains and dumps, or loads, the tables of tests/checkpoint/checkpoint_model.py on this job's
+ranks, then saves every (global id or key -> value and slots) row this rank holds for the
+launching test."""
 
 import sys
 
@@ -9,7 +10,7 @@ import numpy as np
 
 import sok_lite as sok
 from sok_lite.checkpoint import CHUNK_ROWS
-from tests.checkpoint_model import make_tables, train
+from tests.checkpoint.checkpoint_model import make_tables, train
 from tests.distributed.workers.report import Report
 
 hvd.init()

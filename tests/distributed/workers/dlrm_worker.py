@@ -1,5 +1,5 @@
 """Runs examples/dlrm/train.py on this rank (arguments after the output directory) and reports
-the global per-step losses and final metrics to the launching test (tests/test_examples.py)."""
+the global per-step losses and final metrics to the launching test (tests/api/test_examples.py)."""
 
 import pathlib
 import sys

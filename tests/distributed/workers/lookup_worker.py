@@ -15,7 +15,7 @@ import sok_lite as sok
 from sok_lite.initializers import RowInitializer
 from tests.distributed.workers.lookup_worker_cases import multi_table_case
 from tests.distributed.workers.report import Report
-from tests.lookup_cases import ragged, tf_reference
+from tests.ops.lookup.lookup_cases import ragged, tf_reference
 
 hvd.init()
 sok.init("horovod")

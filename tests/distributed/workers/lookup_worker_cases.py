@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from tests.lookup_cases import Case
+from tests.ops.lookup.lookup_cases import Case
 
 
 def multi_table_case(seed: int, batch: int, N: int) -> tuple[Case, list, list]:

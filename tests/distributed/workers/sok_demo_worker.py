@@ -1,5 +1,5 @@
 """Runs examples/sok_classic_demo.py on this rank (arguments after the output directory) and
-reports its per-step global losses to the launching test (tests/test_examples.py)."""
+reports its per-step global losses to the launching test (tests/api/test_examples.py)."""
 
 import sys
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 import sok_lite as sok
 from tests.distributed.workers.lookup_worker_cases import multi_table_case
 from tests.distributed.workers.report import Report
-from tests.lookup_cases import tf_reference
+from tests.ops.lookup.lookup_cases import tf_reference
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 with strategy.scope():

@@ -1,5 +1,6 @@
 """Runs examples/wide_deep/train.py on this rank (arguments after the output directory) and
-reports its per-epoch history and final metrics to the launching test (tests/test_examples.py)."""
+reports its per-epoch history and final metrics to the launching test
+(tests/api/test_examples.py)."""
 
 import pathlib
 import sys

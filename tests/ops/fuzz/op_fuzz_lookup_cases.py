@@ -1,9 +1,9 @@
-"""Fuzz cases for the lookup, row-initializer and optimizer ops (see tests/op_fuzz_cases.py)."""
+"""Fuzz cases for the lookup, row-initializer and optimizer ops (see op_fuzz_cases.py)."""
 
 import numpy as np
 from hypothesis import strategies as st
 
-from tests.op_fuzz_cases import (
+from tests.ops.fuzz.op_fuzz_cases import (
     OPTIMIZER_KINDS,
     Case,
     expect,

@@ -7,7 +7,7 @@ import pathlib
 import subprocess
 import sys
 
-SOAK = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "soak.py"
+SOAK = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "soak.py"
 TARGETS = {
     "rss_growth_below_5pct",
     "dynamic_rows_equal_keys_seen",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CUDA_SOURCES = sorted((ROOT / "kernels" / "cuda").glob("*.cu"))
 
 

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from tests.lookup_cases import as_input, random_case, tf_reference
+from tests.ops.lookup.lookup_cases import as_input, random_case, tf_reference
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -35,7 +35,7 @@ def run_ours(case, upstream, kind, use_function):
 
 @pytest.mark.parametrize("combiner,weighted,id_dtype,kind", GRID)
 @pytest.mark.parametrize("seed", [0, 1])
-def test_matches_tf(seed, combiner, weighted, id_dtype, kind):
+def test_matches_tf(seed, combiner, weighted, id_dtype, kind, device):
     case = random_case(
         seed * 100 + GRID.index((combiner, weighted, id_dtype, kind)), combiner, weighted, id_dtype
     )
@@ -66,7 +66,7 @@ def test_float64_tables(combiner):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_gradient_has_one_row_per_unique_id(seed):
+def test_gradient_has_one_row_per_unique_id(seed, device):
     case = random_case(seed, "sum", False, tf.int64, num_tables=2)
     upstream = [np.ones([len(case.ids[0]), t.shape[1]], np.float32) for t in case.tables]
     _, _, grads = run_ours(case, upstream, "ragged", use_function=False)

@@ -1,7 +1,7 @@
 """NumPy "lazy" optimizers: Keras 3's update formulas applied to the touched rows only.
 
-The same formulas over all rows are Keras' own; tests/test_optimizers.py checks that on steps
-where every row is touched, so the reference cannot drift from Keras unnoticed.
+The same formulas over all rows are Keras' own; test_optimizers.py (beside this file) checks that on
+steps where every row is touched, so the reference cannot drift from Keras unnoticed.
 """
 
 import numpy as np

@@ -47,7 +47,7 @@ def test_constants(initializer, value):
     )
 
 
-def test_a_row_depends_only_on_seed_and_id():
+def test_a_row_depends_only_on_seed_and_id(device):
     init = RowInitializer("random_normal", 0.0, 1.0, seed=11)
     all_rows = init(tf.range(100, dtype=tf.int64), 8, tf.float32).numpy()
     some = init(tf.constant([97, 5, 5, 2**62], tf.int64), 8, tf.float32).numpy()

@@ -1,7 +1,7 @@
 """Hypothesis strategies of malformed (and some well-formed) inputs for every raw sok_lite op.
 
 Each strategy draws a `Case`: the op, its kwargs (NumPy arrays, attrs and resource specs, see
-tests/op_fuzz_worker.py), whether to run it inside a tf.function, why the input must be rejected
+op_fuzz_worker.py), whether to run it inside a tf.function, why the input must be rejected
 (when the fuzzer can tell) and a sanity check of the outputs of a successful call. Rare anomalies
 are drawn so that shrinking moves away from them: the minimal failing case has only the anomaly
 that matters.

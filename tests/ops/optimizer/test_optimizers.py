@@ -8,7 +8,7 @@ import tensorflow as tf
 import sok_lite as sok
 from sok_lite.ops.optimizer_ops import sparse_apply
 from tests.gpu import gpu_reference
-from tests.lazy_reference import LazyOptimizer
+from tests.ops.optimizer.lazy_reference import LazyOptimizer
 
 ROWS, DIM, STEPS = 20, 4, 6
 
@@ -86,7 +86,7 @@ def run_reference(make_opt, ref_name, steps, init):
 
 
 @pytest.mark.parametrize("case", ["sgd", "adagrad"])
-def test_equals_keras_exactly_on_sparse_steps(case):
+def test_equals_keras_exactly_on_sparse_steps(case, device):
     make, _ = CASES[case]
     init = init_table(1)
     ours, _ = run_ours(make, sparse_steps(2), init)
@@ -105,7 +105,7 @@ def test_reference_equals_keras_when_every_row_is_touched(case):
 
 @pytest.mark.parametrize("use_function", [False, True])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_equals_lazy_reference_on_sparse_steps(case, use_function):
+def test_equals_lazy_reference_on_sparse_steps(case, use_function, device):
     make, ref_name = CASES[case]
     init = init_table(5)
     ours, opt = run_ours(make, sparse_steps(6), init, use_function)

@@ -3,7 +3,7 @@
 import numpy as np
 from hypothesis import strategies as st
 
-from tests.op_fuzz_cases import (
+from tests.ops.fuzz.op_fuzz_cases import (
     INT64_MAX,
     INT64_MIN,
     Case,

@@ -17,7 +17,7 @@ sok_lite.sok_v1) are ordinary nodes.
 import ast
 import pathlib
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "sok_lite"
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "sok_lite"
 ROOTS = ("sok_lite", "sok_lite.keras")  # re-exporting package roots, see the docstring
 
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import sok_lite as sok
 from sok_lite.key_hash import hash_owner
-from tests.checkpoint_model import make_tables, state, train
+from tests.checkpoint.checkpoint_model import make_tables, state, train
 
 
 def assert_same_state(a: dict, b: dict, rtol=0.0):
@@ -112,7 +112,7 @@ def test_mismatched_optimizer_slots_are_rejected(trained):
 
 KILLED_DUMP = """
 import sys, keras, sok_lite as sok
-from tests.checkpoint_model import make_tables, train
+from tests.checkpoint.checkpoint_model import make_tables, train
 import sok_lite.checkpoint as ck
 tables, opt = make_tables(1), keras.optimizers.Adam(0.05)
 train(tables, opt, 3)
@@ -127,7 +127,7 @@ sok.dump(sys.argv[1], tables, opt)
 
 def test_kill_during_dump_keeps_previous_checkpoint(trained, tmp_path):
     _, _, path = trained
-    repo = pathlib.Path(__file__).resolve().parents[1]
+    repo = pathlib.Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(repo), TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.Popen(
         [sys.executable, "-c", KILLED_DUMP, str(path)], env=env, stdout=subprocess.PIPE, text=True

@@ -12,7 +12,7 @@ import pytest
 
 from tests.distributed.launcher import REPO, horovodrun, run_ranks
 
-EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_sparse_linear():

@@ -2,11 +2,11 @@
 
 Each call must either succeed with outputs that pass a sanity check or raise
 tf.errors.OpError, TypeError or ValueError; input the fuzzer knows to be malformed must raise.
-The ops run in a child process (tests/op_fuzz_worker.py), so a crash fails the test with the
-input that caused it instead of killing pytest. The strategies are in tests/op_fuzz_*_cases.py.
+The ops run in a child process (op_fuzz_worker.py), so a crash fails the test with the
+input that caused it instead of killing pytest. The strategies are in op_fuzz_*_cases.py.
 
 SOK_LITE_FUZZ_EXAMPLES: examples per test (default 20; raise it for long campaigns).
-SOK_LITE_FUZZ_KNOWN=0: skip inputs that trigger the (fixed) findings of tests/op_fuzz_known.py;
+SOK_LITE_FUZZ_KNOWN=0: skip inputs that trigger the (fixed) findings of op_fuzz_known.py;
 their reproductions always run as regression tests.
 """
 
@@ -17,15 +17,15 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, reject, settings
 
-from tests import op_fuzz_dynamic_cases as dynamic
-from tests import op_fuzz_exchange_cases as exchange
-from tests import op_fuzz_lookup_cases as lookup
-from tests.op_fuzz_cases import Case
-from tests.op_fuzz_known import FINDINGS, known_finding
-from tests.op_fuzz_worker import OpWorker, WorkerCrash
+from tests.ops.fuzz import op_fuzz_dynamic_cases as dynamic
+from tests.ops.fuzz import op_fuzz_exchange_cases as exchange
+from tests.ops.fuzz import op_fuzz_lookup_cases as lookup
+from tests.ops.fuzz.op_fuzz_cases import Case
+from tests.ops.fuzz.op_fuzz_known import FINDINGS, known_finding
+from tests.ops.fuzz.op_fuzz_worker import OpWorker, WorkerCrash
 
 EXAMPLES = int(os.environ.get("SOK_LITE_FUZZ_EXAMPLES", "20"))
-# The findings of tests/op_fuzz_known.py are fixed; drawing their triggers stays on by default.
+# The findings of op_fuzz_known.py are fixed; drawing their triggers stays on by default.
 INCLUDE_KNOWN = os.environ.get("SOK_LITE_FUZZ_KNOWN", "1") == "1"
 
 fuzz = settings(

@@ -32,7 +32,7 @@ import pytest
 
 from tests.distributed.launcher import JOB_MARKER, horovodrun, tracked_job, wait_until_gone
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 CHAIN_TIMEOUT_S = 240
 

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from tests.lazy_reference import LazyOptimizer
+from tests.ops.optimizer.lazy_reference import LazyOptimizer
 
 
 def ragged(rows, dtype=tf.int64):
@@ -18,7 +18,7 @@ def stored(table) -> dict:
     return dict(zip(keys.numpy().tolist(), values.numpy()))
 
 
-def test_mixed_with_static_tables_matches_tf_lookup():
+def test_mixed_with_static_tables_matches_tf_lookup(device):
     rng = np.random.default_rng(0)
     static = sok.Variable(rng.standard_normal([6, 3]), dtype=tf.float32)
     dynamic = sok.DynamicVariable(3, initializer=keras.initializers.RandomUniform(seed=1))
@@ -66,7 +66,7 @@ def test_same_initial_row_for_a_key_whatever_the_order():
 @pytest.mark.parametrize(
     "make", [lambda: keras.optimizers.Adam(0.05), lambda: keras.optimizers.Adagrad(0.1)]
 )
-def test_optimizer_equals_lazy_reference(make):
+def test_optimizer_equals_lazy_reference(make, device):
     table = sok.DynamicVariable(4, initializer=keras.initializers.RandomNormal(seed=2))
     opt = make()
     name = "adam" if isinstance(opt, keras.optimizers.Adam) else "adagrad"

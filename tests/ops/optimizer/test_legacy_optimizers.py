@@ -30,7 +30,7 @@ from sok_lite.optimizer_rules import rule_for, unwrap
 tf_keras = pytest.importorskip("tf_keras")
 legacy = tf_keras.optimizers.legacy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 ROWS, DIM, STEPS = 12, 3, 5
 ALWAYS = [0, 3, 7]  # a gradient at every step
 NEVER = [5, 10]  # never a gradient

@@ -1,5 +1,5 @@
 """Kernel bugs the op fuzzer found: every one is fixed, and its minimal reproduction runs in
-tests/test_op_fuzz.py as a regression test (a fixed kernel rejects the malformed input with an
+test_op_fuzz.py as a regression test (a fixed kernel rejects the malformed input with an
 error instead of crashing).
 
 Most of them shared two causes: eager execution does not run shape functions, so a kernel saw
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tests.op_fuzz_cases import INT64_MAX, NUM_PARAMS, Case
+from tests.ops.fuzz.op_fuzz_cases import INT64_MAX, NUM_PARAMS, Case
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from tests.lazy_reference import LazyOptimizer
-from tests.test_optimizers import DIM, ROWS, STEPS, init_table, sparse_steps
+from tests.ops.optimizer.lazy_reference import LazyOptimizer
+from tests.ops.optimizer.test_optimizers import DIM, ROWS, STEPS, init_table, sparse_steps
 
 tf_keras = pytest.importorskip("tf_keras")
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import sok_lite as sok
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 class EmbeddingModel(keras.Model):
