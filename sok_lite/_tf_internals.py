@@ -5,6 +5,7 @@ Each name here is private to TensorFlow; tests/api/test_package.py
 """
 
 from tensorflow.python.debug.lib import check_numerics_callback
+from tensorflow.python.framework import op_def_registry
 from tensorflow.python.ops import resource_variable_ops
 
 # The resource-variable class that tf.Variable builds in TF2; sok_lite.Variable extends it.
@@ -27,3 +28,8 @@ def check_numerics_enabled() -> bool:
     """Whether tf.debugging.enable_check_numerics() is on in this thread (TF keeps it per
     thread, in the state that disable_check_numerics() clears)."""
     return hasattr(check_numerics_callback._state, "check_numerics_callback")
+
+
+def op_def(op_type: str):
+    """The registered OpDef of an op type (its inputs' names and list lengths), or None."""
+    return op_def_registry.get(op_type)

@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from sok_lite._loader import ops as _ops
 from sok_lite.ops import lookup_ops
+from sok_lite.ops.op_inputs import inputs_by_name
 
 
 def create_table(shared_name, dim, init, capacity=0, policy="lru", min_count=1):
@@ -108,14 +109,15 @@ for _op in (
 def _lookup_grad(op, grad):
     """The gradient of a hash table: IndexedSlices whose indices are the KEYS looked up."""
     # tf.identity: see _gather_rows_grad in lookup_ops.
-    return [tf.IndexedSlices(grad, tf.identity(op.inputs[1])), None]
+    return [tf.IndexedSlices(grad, tf.identity(inputs_by_name(op)["keys"])), None]
 
 
 @tf.RegisterGradient("SokLiteDynamicLookupCombine")
 def _lookup_combine_grad(op, grad):
     """IndexedSlices over the distinct KEYS looked up: the forward does not deduplicate the ids,
     so the gradient does, then sums each key's share of the output gradient."""
-    ids, row_splits, weights = op.inputs[1:]
+    inputs = inputs_by_name(op)
+    ids, row_splits, weights = inputs["ids"], inputs["row_splits"], inputs["weights"]
     name = op.get_attr("table_name")
     name = name.decode() if isinstance(name, bytes) else name
     (unique,), (inverse,) = lookup_ops.unique_ids(

@@ -4,6 +4,7 @@ the communicator's all-to-alls, and their gradients (layouts in kernels/core/exc
 import tensorflow as tf
 
 from sok_lite._loader import ops as _ops
+from sok_lite.ops.op_inputs import inputs_by_name
 
 
 def partition_by_owner(unique_ids, num_ranks, localized_ranks, name=None):
@@ -58,7 +59,8 @@ tf.no_gradient("SokLiteReduceForOwner")
 
 @tf.RegisterGradient("SokLiteUnpackRows")
 def _unpack_rows_grad(op, *grads):
-    vectors, counts, send_pos = op.inputs
+    inputs = inputs_by_name(op)
+    counts, send_pos = inputs["counts"], inputs["send_pos"]
     grads = [
         tf.zeros_like(out) if g is None else tf.convert_to_tensor(g)
         for g, out in zip(grads, op.outputs)
@@ -71,8 +73,8 @@ def _unpack_rows_grad(op, *grads):
 def _gather_for_peers_grad(op, grad_vectors, unused_grad_splits):
     """Sums what every rank sent back per local row: one IndexedSlices row per owned id."""
     n = op.get_attr("N")
-    handles = op.inputs[:n]
-    message, splits = op.inputs[n], op.inputs[n + 1]
+    inputs = inputs_by_name(op)
+    handles, message, splits = inputs["handles"], inputs["message"], inputs["splits"]
     dims = op.get_attr("dims")
     rows, values = _ops().sok_lite_reduce_for_owner(
         grads=grad_vectors, message=message, splits=splits, N=n, dims=dims

@@ -6,6 +6,7 @@ Each wrapper takes lists (one entry per table) so that a whole step's tables run
 import tensorflow as tf
 
 from sok_lite._loader import ops as _ops
+from sok_lite.ops.op_inputs import inputs_by_name
 
 
 def row_splits_from_row_ids(row_ids, nrows, table_name="", name=None):
@@ -85,7 +86,8 @@ def _num_tables(op) -> int:
 def _gather_rows_grad(op, *grads):
     """The gradient of a table is an IndexedSlices over the rows that were read."""
     n = _num_tables(op)
-    handles, indices = op.inputs[:n], op.inputs[n:]
+    inputs = inputs_by_name(op)
+    handles, indices = inputs["handles"], inputs["indices"]
     slices = []
     for handle, idx, grad in zip(handles, indices, grads):
         dense_shape = tf.raw_ops.VariableShape(input=handle, out_type=tf.int64)
@@ -99,12 +101,9 @@ def _gather_rows_grad(op, *grads):
 def _segment_combine_grad(op, *grads):
     """One summed gradient row per unique id (the rows input); weights get no gradient."""
     n = _num_tables(op)
-    rows = op.inputs[:n]
-    inverse, row_splits, weights = (
-        op.inputs[n : 2 * n],
-        op.inputs[2 * n : 3 * n],
-        op.inputs[3 * n :],
-    )
+    inputs = inputs_by_name(op)
+    rows, inverse = inputs["rows"], inputs["inverse"]
+    row_splits, weights = inputs["row_splits"], inputs["weights"]
     grads = [
         tf.zeros_like(out) if g is None else tf.convert_to_tensor(g)
         for g, out in zip(grads, op.outputs)
