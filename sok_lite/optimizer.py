@@ -6,13 +6,12 @@ pair to Keras untouched (see sok_lite.row_wise). Only rows with a gradient chang
 too.
 """
 
-import contextlib
 import threading
 
 import keras
 import tensorflow as tf
 
-from sok_lite.keras._keras_internals import built_variables
+from sok_lite.keras._keras_internals import built_variables, counting_steps_with
 from sok_lite.keras.optimizer import OptimizerWrapper as KerasOptimizerWrapper
 from sok_lite.optimizer_rules import WrapsOptimizer, legacy_base
 from sok_lite.row_wise import apply_gradients, filter_variables, is_table, is_variable
@@ -144,18 +143,6 @@ class OptimizerScope:
         return False
 
 
-@contextlib.contextmanager
-def _counting_with(optimizer, iterations):
-    """The optimizer reads and advances `iterations` as its own for the block (tf_keras and
-    legacy optimizers both keep their step counter in `_iterations`)."""
-    saved = optimizer._iterations
-    optimizer._iterations = iterations
-    try:
-        yield
-    finally:
-        optimizer._iterations = saved
-
-
 def OptimizerWrapper(optimizer):  # noqa: N802 (SOK's name)
     """Wraps an optimizer so that its apply_gradients routes sok_lite tables to row-wise kernels.
 
@@ -220,7 +207,7 @@ class TFKerasOptimizerWrapper(WrapsOptimizer):
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
         kwargs.pop("experimental_aggregate_gradients", None)  # SOK-era argument: no meaning here
         keras_apply = type(self._optimizer).apply_gradients
-        with _counting_with(self._optimizer, self._iterations):
+        with counting_steps_with(self._optimizer, self._iterations):
             return apply_gradients(
                 self._optimizer,
                 grads_and_vars,

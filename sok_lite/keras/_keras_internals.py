@@ -4,6 +4,8 @@ Each name here is private to Keras or TensorFlow; tests/keras/test_keras_interna
 loudly if one moves.
 """
 
+import contextlib
+
 import tensorflow as tf
 
 
@@ -54,3 +56,15 @@ def built_variables(optimizer) -> list:
     `optimizer.apply(grads)` pairs the gradients with when no variables are given.
     `Optimizer._trainable_variables` is private to Keras."""
     return optimizer._trainable_variables
+
+
+@contextlib.contextmanager
+def counting_steps_with(optimizer, iterations: tf.Variable):
+    """For the block, a tf_keras (or legacy) optimizer reads and advances `iterations` as its own
+    step counter. Both keep it in `_iterations`, private to tf_keras, behind `iterations`."""
+    saved = optimizer._iterations
+    optimizer._iterations = iterations
+    try:
+        yield
+    finally:
+        optimizer._iterations = saved

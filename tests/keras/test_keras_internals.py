@@ -2,6 +2,7 @@
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import sok_lite as sok
@@ -49,3 +50,14 @@ def test_built_variables_are_those_the_optimizer_was_built_with():
     opt = keras.optimizers.SGD(0.1)
     opt.build(weights)
     assert [v.path for v in _keras_internals.built_variables(opt)] == [w.path for w in weights]
+
+
+def test_tf_keras_optimizers_still_count_steps_in_a_private_attribute():
+    tf_keras = pytest.importorskip("tf_keras")
+    for opt in (tf_keras.optimizers.SGD(0.1), tf_keras.optimizers.legacy.SGD(0.1)):
+        own = tf.Variable(5, dtype=tf.int64)
+        before = int(opt.iterations)
+        with _keras_internals.counting_steps_with(opt, own):
+            assert opt.iterations is own
+            opt.apply_gradients([(tf.ones([2]), tf.Variable(tf.zeros([2])))])
+        assert int(own) == 6 and int(opt.iterations) == before
