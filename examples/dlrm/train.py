@@ -4,11 +4,14 @@
     horovodrun -np 2 -H localhost:2 --gloo python examples/dlrm/train.py
 
 Prints, per epoch, the training loss, the AUC of the model and of the planted model ("oracle")
-on held-out samples, and the training throughput. Under Horovod every rank trains on its share
-of each global batch; the 26 tables are sharded over the ranks.
+on held-out samples, and the training throughput; inside an epoch, Keras' progress bar on a
+terminal, else a line every --log-every steps (progress.py). --history-json writes the metrics
+as JSON (history.py). Under Horovod every rank trains on its share of each global batch; the
+26 tables are sharded over the ranks.
 """
 
 import argparse
+import functools
 import os
 import time
 
@@ -18,6 +21,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from data import NUM_CATEGORICAL, NUM_DENSE, CriteoLike, vocabulary_sizes  # noqa: E402
+from history import add_history_json_flag, write_history  # noqa: E402
 from metrics import auc  # noqa: E402
 from model import build_dlrm  # noqa: E402
 from parallel import (  # noqa: E402
@@ -28,6 +32,7 @@ from parallel import (  # noqa: E402
     mean_over_ranks,
     rank_stream,
 )
+from progress import add_log_every_flag, fit_progress, steps_between_lines  # noqa: E402
 
 import sok_lite as sok  # noqa: E402
 
@@ -48,7 +53,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=0.003)
     parser.add_argument("--eval-samples", type=int, default=65_536)
     parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_args(argv)
+    add_log_every_flag(parser)
+    add_history_json_flag(parser)
+    args = parser.parse_args(argv)
+    args.log_every = steps_between_lines(args.log_every, args.steps_per_epoch)
+    return args
 
 
 def train_dataset(data: CriteoLike, global_batch: int, rank: int, num_ranks: int):
@@ -160,13 +169,20 @@ def main(argv=None) -> dict:
         hvd,
         verbose=rank == 0,
     )
+    fit_verbose, progress_callbacks, step_log = fit_progress(
+        args.log_every,
+        args.global_batch,
+        rank,
+        num_ranks,
+        functools.partial(mean_over_ranks, hvd=hvd),
+    )
     model.fit(
         train_dataset(data, args.global_batch, rank, num_ranks),
         epochs=args.epochs,
         steps_per_epoch=args.steps_per_epoch,
-        callbacks=[progress],
+        callbacks=[*progress_callbacks, progress],
         shuffle=False,  # the stream is already random; fit would warn that it cannot shuffle
-        verbose=0,
+        verbose=fit_verbose,
     )
 
     final = progress.history[-1]
@@ -179,6 +195,16 @@ def main(argv=None) -> dict:
             f"gap {final['oracle_auc'] - final['auc']:.4f}  samples/s {samples_per_s:,.0f}",
             flush=True,
         )
+        if args.history_json:
+            write_history(
+                args.history_json,
+                "dlrm",
+                args,
+                argv,
+                num_ranks,
+                progress.history,
+                step_log.records,
+            )
     return {
         "step_losses": mean_over_ranks(progress.step_losses, hvd).tolist(),
         "auc": final["auc"],

@@ -5,11 +5,15 @@
 
 Prints, per epoch, the training loss, the samples per second and the rows the two hash tables
 store; at the end, the AUC of the model and of the planted model ("oracle") on held-out samples.
+Inside an epoch: Keras' progress bar on a terminal, else a line every --log-every steps.
+--history-json writes the metrics as JSON.
 Under Horovod every rank trains on its share of each global batch and the tables are spread over
-the ranks; the Horovod helpers are those of the DLRM example (examples/dlrm/parallel.py).
+the ranks; the Horovod, progress and history helpers are those of the DLRM example
+(examples/dlrm/parallel.py, progress.py, history.py).
 """
 
 import argparse
+import functools
 import os
 import pathlib
 import sys
@@ -22,6 +26,7 @@ sys.path.append(str(pathlib.Path(__file__).resolve().parent.parent / "dlrm"))
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from data import NUM_DENSE, WIDE_IDS_PER_SAMPLE, ClickLogs  # noqa: E402
+from history import add_history_json_flag, write_history  # noqa: E402
 from metrics import auc  # noqa: E402
 from model import WideAndDeep  # noqa: E402
 from parallel import (  # noqa: E402
@@ -32,6 +37,7 @@ from parallel import (  # noqa: E402
     mean_over_ranks,
     rank_stream,
 )
+from progress import add_log_every_flag, fit_progress, steps_between_lines  # noqa: E402
 
 import sok_lite as sok  # noqa: E402
 
@@ -55,7 +61,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=0.01)
     parser.add_argument("--eval-samples", type=int, default=32_768)
     parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_args(argv)
+    add_log_every_flag(parser)
+    add_history_json_flag(parser)
+    args = parser.parse_args(argv)
+    args.log_every = steps_between_lines(args.log_every, args.steps_per_epoch)
+    return args
 
 
 def train_dataset(logs: ClickLogs, global_batch: int, rank: int, num_ranks: int):
@@ -96,6 +106,7 @@ class Progress(keras.callbacks.Callback):
             "epoch": epoch + 1,
             "loss": float(mean_over_ranks([logs["loss"]], self.hvd)[0]),
             "seconds": seconds,
+            "samples_per_s": self.samples_per_epoch / seconds,
             # size() counts the rows of every rank (every rank must call it).
             "user_rows": int(self.model.users.size()),
             "device_rows": int(self.model.devices.size()),
@@ -104,7 +115,7 @@ class Progress(keras.callbacks.Callback):
         if self.verbose:
             print(
                 f"epoch {result['epoch']:3d}  loss {result['loss']:.4f}  "
-                f"samples/s {self.samples_per_epoch / seconds:,.0f}  "
+                f"samples/s {result['samples_per_s']:,.0f}  "
                 f"user rows {result['user_rows']:,}  device rows {result['device_rows']}",
                 flush=True,
             )
@@ -160,13 +171,20 @@ def main(argv=None) -> dict:
         )
 
     progress = Progress(args.steps_per_epoch * args.global_batch, hvd, verbose=rank == 0)
+    fit_verbose, progress_callbacks, step_log = fit_progress(
+        args.log_every,
+        args.global_batch,
+        rank,
+        num_ranks,
+        functools.partial(mean_over_ranks, hvd=hvd),
+    )
     model.fit(
         train_dataset(logs, args.global_batch, rank, num_ranks),
         epochs=args.epochs,
         steps_per_epoch=args.steps_per_epoch,
-        callbacks=[progress],
+        callbacks=[*progress_callbacks, progress],
         shuffle=False,  # the stream is already random; fit would warn that it cannot shuffle
-        verbose=0,
+        verbose=fit_verbose,
     )
     # Read before evaluating: lookups of held-out keys create rows too.
     user_rows, device_rows = int(model.users.size()), int(model.devices.size())
@@ -187,6 +205,12 @@ def main(argv=None) -> dict:
             f"(of {args.device_categories:,} possible ids)  wall time {wall_s:.0f} s",
             flush=True,
         )
+        if args.history_json:
+            epochs = [dict(h) for h in progress.history]
+            epochs[-1].update(auc=model_auc, oracle_auc=oracle_auc)  # evaluated once, at the end
+            write_history(
+                args.history_json, "wide_deep", args, argv, num_ranks, epochs, step_log.records
+            )
     return {
         "history": progress.history,
         "auc": model_auc,

@@ -1,6 +1,7 @@
 """The examples run end to end (in reduced size) and reach what they promise."""
 
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -107,13 +108,39 @@ def test_dlrm_data_is_the_same_for_any_split_of_the_batch():
 DLRM_ARGS = ["--max-vocabulary", "10000", "--global-batch", "2048", "--eval-samples", "16384"]
 
 
-def test_dlrm_reaches_the_oracle_auc():
-    stdout = run_example("dlrm/train.py", *DLRM_ARGS, "--epochs", "2", "--steps-per-epoch", "100")
+def test_dlrm_reaches_the_oracle_auc(tmp_path):
+    history_path = tmp_path / "history.json"
+    args = ["--epochs", "2", "--steps-per-epoch", "100", "--history-json", str(history_path)]
+    stdout = run_example("dlrm/train.py", *DLRM_ARGS, *args)
     found = re.search(r"final AUC ([0-9.]+)\s+oracle AUC ([0-9.]+)", stdout)
     assert found, stdout
     model_auc, oracle_auc = float(found.group(1)), float(found.group(2))
     assert oracle_auc > 0.8
     assert oracle_auc - model_auc < 0.05, stdout
+
+    # Not a terminal: a progress line every fifth of an epoch, and the same steps in the history.
+    logged = [int(s) for s in re.findall(r"^step +(\d+)/200 +loss [0-9.]+ .*ETA", stdout, re.M)]
+    assert logged == list(range(20, 201, 20)), stdout
+    history = json.loads(history_path.read_text())
+    assert history["example"] == "dlrm" and history["args"]["steps_per_epoch"] == 100
+    assert [s["step"] for s in history["steps"]] == logged
+    assert [e["epoch"] for e in history["epochs"]] == [1, 2]
+    assert history["epochs"][-1]["auc"] == pytest.approx(model_auc, abs=1e-4)
+
+
+def test_step_log_reports_the_mean_of_the_steps_since_its_previous_line():
+    progress = load_dlrm_module("progress")
+    step_log = progress.StepLog(3, global_batch=8, average_over_ranks=list, verbose=False)
+    step_log.set_params({"steps": 4, "epochs": 2})
+    losses = [[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]
+    for epoch, epoch_losses in enumerate(losses):
+        step_log.on_epoch_begin(epoch)
+        for batch, _ in enumerate(epoch_losses):
+            # fit reports the running mean of the epoch's losses.
+            step_log.on_train_batch_end(batch, {"loss": np.mean(epoch_losses[: batch + 1])})
+    # Steps 3 and 6: lines never reach back into the previous epoch (step 6 covers 5 and 6 only).
+    assert [r["step"] for r in step_log.records] == [3, 6]
+    assert [r["loss"] for r in step_log.records] == pytest.approx([2.0, 5.5])
 
 
 def test_dlrm_on_two_ranks_takes_the_same_steps_as_on_one(tmp_path):
