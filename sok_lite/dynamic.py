@@ -49,6 +49,16 @@ def _initializer_spec(initializer):
     return row_initializer(initializer) or initializer
 
 
+def _host_device() -> str:
+    """The CPU beside the device that ops are placed on now: that device itself when it is a
+    CPU (such as one of MirroredStrategy's logical CPUs, each a replica), else CPU 0 of its
+    host."""
+    placed = tf.DeviceSpec.from_string(tf.identity(0).device)
+    if placed.device_type == "CPU":
+        return placed.to_string()
+    return placed.replace(device_type="CPU", device_index=0).to_string()
+
+
 def _positive_int(value, what: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{what} must be a positive int, got {value!r}")
@@ -243,10 +253,11 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         shared_name = f"sok_lite_dynamic_{name}_{next(_table_ids)}"
         # The GPU table has no capacity eviction or admission: such a table stays on the CPU.
         cpu_only = per_rank > 0 or min_count > 1
-        with tf.init_scope(), tf.device("/CPU:0") if cpu_only else contextlib.nullcontext():
-            handle = dynamic_ops.create_table(
-                shared_name, dimension, init, per_rank, evict_policy, min_count
-            )
+        with tf.init_scope():
+            with tf.device(_host_device()) if cpu_only else contextlib.nullcontext():
+                handle = dynamic_ops.create_table(
+                    shared_name, dimension, init, per_rank, evict_policy, min_count
+                )
         super().__init__(
             trainable=trainable,
             shape=tf.TensorShape([None, dimension]),
@@ -482,17 +493,25 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         this rank removed."""
         return dynamic_ops.evict(self.handle, tf.constant(steps_unseen, tf.int64))
 
+    def replace_rows(self, keys, rows):
+        """Makes this rank's table hold exactly `keys` with `rows`; every other row is dropped.
+
+        Args:
+          keys: int64 [n] keys this rank owns.
+          rows: float32 [n, dimension * (1 + slots)]: the value, then each optimizer slot, as
+            export(with_slots=True) gives them (slots missing from the table are laid out).
+        """
+        cleared = dynamic_ops.clear(self.handle)
+        with tf.control_dependencies([cleared] if cleared is not None else []):
+            return dynamic_ops.assign(self.handle, keys, rows, with_slots=True)
+
     # tf.train.Checkpoint: this rank's keys and rows (value and optimizer slots).
     def _serialize_to_tensors(self):
         keys, rows = dynamic_ops.export(self.handle, with_slots=True)
         return {"keys": keys, "rows": rows}
 
     def _restore_from_tensors(self, restored_tensors):
-        cleared = dynamic_ops.clear(self.handle)
-        with tf.control_dependencies([cleared] if cleared is not None else []):
-            return dynamic_ops.assign(
-                self.handle, restored_tensors["keys"], restored_tensors["rows"], with_slots=True
-            )
+        return self.replace_rows(restored_tensors["keys"], restored_tensors["rows"])
 
     # A hash table has no dense value: reading it whole is a mistake, not a copy.
     def value(self):

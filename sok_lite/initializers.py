@@ -71,6 +71,41 @@ def _from_string(name: str) -> RowInitializer | None:
         return None
 
 
+# The Keras initializers that row_initializer translates.
+_PER_ROW_KERAS = (
+    keras.initializers.Zeros,
+    keras.initializers.Ones,
+    keras.initializers.Constant,
+    keras.initializers.TruncatedNormal,
+    keras.initializers.RandomNormal,
+    keras.initializers.RandomUniform,
+)
+
+
+def computes_per_row(initializer) -> bool:
+    """Whether row_initializer translates `initializer`, asked without taking a default seed.
+
+    Args:
+      initializer: as row_initializer takes it, or a Keras config dict.
+
+    Raises:
+      ValueError: a string or dict that names no initializer.
+    """
+    if _is_number(initializer):
+        return True
+    if isinstance(initializer, str):
+        if initializer == "random":
+            return True
+        try:
+            float(initializer)
+            return True
+        except ValueError:
+            pass
+    if isinstance(initializer, (str, dict)):
+        initializer = keras.initializers.get(initializer)
+    return isinstance(initializer, _PER_ROW_KERAS)
+
+
 def row_initializer(initializer) -> RowInitializer | None:
     """Translates an initializer into per-row form; None if it cannot be.
 

@@ -1,29 +1,28 @@
 """A wide & deep click model (Cheng et al., 2016) on sok_lite tables, trained with Keras fit.
 
-Wide part: a [wide_features, 1] table looked up with the feature values as weights and combiner
-"sum", i.e. a sparse linear model sum_j w[id_j] * value_j. Deep part: embeddings of the user
-(raw 64-bit keys in a DynamicVariable), the item, its category and the device (3 raw ids from a
-range of device_categories, in a DynamicVariable too), with the dense features, through an MLP.
-All five tables are looked up in one fused `sok.lookup_sparse` call.
+Deep part: a `sok.keras.EmbeddingCollection` of four features, looked up in one fused call: the
+user (raw 64-bit keys, a hash-table feature), the item, its category and the device (3 raw ids
+from a range of device_categories, a bounded hash-table feature), then the dense features,
+through an MLP. Wide part: a [wide_features, 1] table looked up with the feature values as
+weights and combiner "sum", i.e. a sparse linear model sum_j w[id_j] * value_j; the Keras layers
+take no per-id weights, so the model holds this table itself and looks it up with
+`sok.lookup_sparse`.
 """
 
 import keras
 import tensorflow as tf
 
 import sok_lite as sok
-
-
-def _one_id_per_sample(ids):
-    """[batch] ids -> [batch, 1] RaggedTensor."""
-    return tf.RaggedTensor.from_tensor(tf.reshape(ids, [-1, 1]))
+from sok_lite.keras import EmbeddingCollection, FeatureSpec
 
 
 class WideAndDeep(keras.Model):
     """From the features of examples/wide_deep/data.py to click logits [batch, 1].
 
-    The tables are sok_lite variables, not Keras weights: `train_step` adds them to the
-    variables it differentiates, and the optimizer given to compile() must be a
-    sok.OptimizerWrapper (which updates them row-wise). Checkpoint them with sok.dump.
+    The deep part's tables are the Keras weights of its EmbeddingCollection. The wide table is
+    a sok_lite variable of the model, not a Keras weight: `train_step` adds it to the variables
+    it differentiates. The optimizer given to compile() must be a sok.OptimizerWrapper (which
+    updates the tables row-wise). Checkpoint the tables with sok.dump.
 
     Args:
       wide_features: rows of the wide table.
@@ -47,15 +46,18 @@ class WideAndDeep(keras.Model):
     ):
         super().__init__(**kwargs)
         self.wide = sok.Variable(shape=[wide_features, 1], initializer="zeros", name="wide")
-        # Raw 64-bit keys: no vocabulary, a row per key seen.
-        self.users = sok.DynamicVariable(embedding_dim, name="user")
-        self.items = sok.Variable(shape=[items, embedding_dim], name="item")
-        # Small and hot: the whole table on rank 0 rather than spread row by row.
-        self.categories = sok.Variable(
-            shape=[categories, embedding_dim], mode="localized:0", name="category"
+        self.embeddings = EmbeddingCollection(
+            [
+                # Raw 64-bit keys: no vocabulary, a row per key seen.
+                FeatureSpec("user", output_dim=embedding_dim),
+                FeatureSpec("item", items, embedding_dim),
+                # Small and hot: the whole table on rank 0 rather than spread row by row.
+                FeatureSpec("category", categories, embedding_dim, mode="localized:0"),
+                # Declared over device_categories ids, stores only those that occur.
+                FeatureSpec("device", output_dim=embedding_dim, capacity=device_categories),
+            ],
+            name="embeddings",
         )
-        # Declared over device_categories ids, stores only those that occur.
-        self.devices = sok.DynamicVariable(embedding_dim, capacity=device_categories, name="device")
         self.mlp = keras.Sequential(
             [keras.layers.Dense(u, activation="relu") for u in deep_units]
             + [keras.layers.Dense(1)],
@@ -66,32 +68,33 @@ class WideAndDeep(keras.Model):
         self.built = True
 
     @property
-    def tables(self) -> list:
-        return [self.wide, self.users, self.items, self.categories, self.devices]
+    def users(self) -> sok.DynamicVariable:
+        """The user table (a hash table), once the model has run."""
+        return self.embeddings.tables["user"]
+
+    @property
+    def devices(self) -> sok.DynamicVariable:
+        """The device table (a bounded hash table), once the model has run."""
+        return self.embeddings.tables["device"]
 
     def call(self, features):
-        wide, user, item, category, device = sok.lookup_sparse(
-            self.tables,
-            [
-                tf.RaggedTensor.from_tensor(features["wide_ids"]),
-                _one_id_per_sample(features["user"]),
-                _one_id_per_sample(features["item"]),
-                _one_id_per_sample(features["category"]),
-                _one_id_per_sample(features["device"]),
-            ],
-            sp_weights=[tf.RaggedTensor.from_tensor(features["wide_values"])] + [None] * 4,
+        deep = self.embeddings(features)  # keys that are not features are ignored
+        wide = sok.lookup_sparse(
+            self.wide,
+            tf.RaggedTensor.from_tensor(features["wide_ids"]),
+            sp_weights=tf.RaggedTensor.from_tensor(features["wide_values"]),
         )
-        deep = self.mlp(tf.concat([user, item, category, device, features["dense"]], axis=1))
-        return wide + deep
+        embedded = [deep[name] for name in ("user", "item", "category", "device")]
+        return wide + self.mlp(tf.concat(embedded + [features["dense"]], axis=1))
 
     def train_step(self, data):
-        # Keras' own step differentiates `trainable_variables` only; the tables are added here.
+        # Keras' own step differentiates `trainable_variables` only; the wide table is added.
         features, labels = data
         with tf.GradientTape() as tape:
             logits = self(features, training=True)
             loss = self.compute_loss(x=features, y=labels, y_pred=logits)
             scaled = self.optimizer.scale_loss(loss)
-        variables = self.trainable_variables + self.tables
+        variables = self.trainable_variables + [self.wide]
         gradients = tape.gradient(scaled, variables)
         self.optimizer.apply_gradients(zip(gradients, variables))
         for metric in self.metrics:

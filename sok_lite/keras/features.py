@@ -1,13 +1,26 @@
 """Feature specs of sok_lite.keras.EmbeddingCollection, and the tables they imply."""
 
 import dataclasses
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
 import keras
+import tensorflow as tf
 
+from sok_lite.initializers import computes_per_row
 from sok_lite.lookup import COMBINERS
 from sok_lite.placement import Placement
+
+EVICT_POLICIES = ("lru", "lfu")
+KEY_DTYPES = ("int32", "int64")
+# The hash-table settings and their defaults: a fixed-size table takes none of them.
+HASH_TABLE_DEFAULTS = {
+    "capacity": None,
+    "evict_policy": "lru",
+    "min_count": 1,
+    "key_dtype": "int64",
+}
 
 
 def serialize_initializer(initializer) -> str | dict:
@@ -17,49 +30,116 @@ def serialize_initializer(initializer) -> str | dict:
     return keras.initializers.serialize(keras.initializers.get(initializer))
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 @dataclasses.dataclass(frozen=True)
 class FeatureSpec:
     """One categorical feature: which table it reads and how its ids are combined.
 
+    With `input_dim=None` the feature's table is a hash table (a sok_lite.DynamicVariable):
+    any key of `key_dtype` is valid, negative ones included, and a row is created the first
+    time its key is looked up.
+
     Args:
       name: the feature's key in the input and output dicts.
-      input_dim: rows of the table (ids must be in [0, input_dim)).
-      output_dim: columns of the table, the width of the output.
+      input_dim: rows of the table (ids must be in [0, input_dim)); None: a hash table over
+        raw integer keys.
+      output_dim: columns of the table, the width of the output (required).
       combiner: "sum", "mean" or "sqrtn" over the ids of a sample.
-      initializer: a Keras initializer (name, config dict or object) for the table.
+      initializer: a Keras initializer (name, config dict or object) for the table. A hash
+        table computes each new row from (key, seed): it takes RandomNormal, TruncatedNormal,
+        RandomUniform, Zeros, Ones and Constant, a number, or SOK's "random".
       table: the table name; features with the same table name share one table (they must
-        agree on input_dim, output_dim, initializer and mode). Default: the feature name.
+        agree on every table field: input_dim, output_dim, initializer, mode and the hash-table
+        settings). Default: the feature name.
       hotness: the most ids a sample may have (a longer sample is an error); None: no limit.
       pad_value: for dense [batch, k] inputs, the id that marks an empty slot (dropped); None:
-        every entry is an id.
-      mode: "distributed" or "localized:K", as sok_lite.Variable.
+        every entry is an id. For a hash table the pad value is therefore not a usable key.
+      mode: "distributed" or "localized:K", as sok_lite.Variable and DynamicVariable.
+      capacity: hash tables only: the rows the table may hold over all ranks (None:
+        unbounded); when full, lookups evict rows by evict_policy.
+      evict_policy: hash tables only: "lru" (default) or "lfu".
+      min_count: hash tables only: a key gets a stored, trainable row from its min_count-th
+        lookup on (before that it reads the initializer's value).
+      key_dtype: hash tables only: "int64" (default) or "int32", the dtype of the keys.
 
     Raises:
-      ValueError: for an unknown combiner or mode, or non-positive dimensions.
+      ValueError: naming the feature, for an unknown combiner, mode, evict_policy or
+        key_dtype, non-positive dimensions, capacity or min_count, hash-table settings on a
+        fixed-size feature, or an initializer a hash table cannot compute per key.
     """
 
     name: str
-    input_dim: int
-    output_dim: int
+    input_dim: int | None = None
+    output_dim: int | None = None
     combiner: str = "sum"
     initializer: Any = "random_normal"
     table: str | None = None
     hotness: int | None = None
     pad_value: int | None = None
     mode: str = "distributed"
+    capacity: int | None = None
+    evict_policy: str = "lru"
+    min_count: int = 1
+    key_dtype: str = "int64"
 
     def __post_init__(self):
+        label = f"feature {self.name!r}"
         if self.combiner not in COMBINERS:
             raise ValueError(
-                f"feature {self.name!r}: unknown combiner {self.combiner!r}, expected one of "
-                f"{COMBINERS}"
+                f"{label}: unknown combiner {self.combiner!r}, expected one of {COMBINERS}"
             )
-        if self.input_dim < 1 or self.output_dim < 1:
+        if not _is_int(self.output_dim) or self.output_dim < 1:
+            raise ValueError(f"{label}: output_dim must be an int >= 1, got {self.output_dim!r}")
+        if self.input_dim is not None and (not _is_int(self.input_dim) or self.input_dim < 1):
             raise ValueError(
-                f"feature {self.name!r}: input_dim and output_dim must be >= 1, got "
-                f"{self.input_dim} and {self.output_dim}"
+                f"{label}: input_dim must be an int >= 1, or None for a hash table, got "
+                f"{self.input_dim!r}"
             )
         Placement.parse(self.mode)
+        # A tf.DType is accepted and kept by name, so that the config stays JSON.
+        object.__setattr__(self, "key_dtype", _key_dtype_name(self.key_dtype, label))
+        if self.hashed:
+            self._check_hash_table(label)
+        else:
+            self._refuse_hash_table_settings(label)
+
+    def _check_hash_table(self, label: str) -> None:
+        if self.capacity is not None and (not _is_int(self.capacity) or self.capacity < 1):
+            raise ValueError(
+                f"{label}: capacity must be an int >= 1 or None, got {self.capacity!r}"
+            )
+        if self.evict_policy not in EVICT_POLICIES:
+            raise ValueError(
+                f"{label}: evict_policy must be one of {EVICT_POLICIES}, got {self.evict_policy!r}"
+            )
+        if not _is_int(self.min_count) or self.min_count < 1:
+            raise ValueError(f"{label}: min_count must be an int >= 1, got {self.min_count!r}")
+        if not computes_per_row(self.initializer):
+            raise ValueError(
+                f"{label}: a hash table computes each new row from its key, which initializer "
+                f"{self.initializer!r} cannot do; use RandomNormal, TruncatedNormal, "
+                'RandomUniform, Zeros, Ones, Constant, a number or "random"'
+            )
+
+    def _refuse_hash_table_settings(self, label: str) -> None:
+        given = [
+            f"{field}={getattr(self, field)!r}"
+            for field, default in HASH_TABLE_DEFAULTS.items()
+            if getattr(self, field) != default
+        ]
+        if given:
+            raise ValueError(
+                f"{label}: {', '.join(given)} only apply to a hash table; give input_dim=None "
+                f"for one (input_dim is {self.input_dim})"
+            )
+
+    @property
+    def hashed(self) -> bool:
+        """Whether the feature's table is a hash table (input_dim None)."""
+        return self.input_dim is None
 
     @property
     def table_name(self) -> str:
@@ -77,19 +157,53 @@ class FeatureSpec:
         return spec if isinstance(spec, cls) else cls(**spec)
 
 
+def _key_dtype_name(key_dtype, label: str) -> str:
+    try:
+        name = tf.as_dtype(key_dtype).name
+    except TypeError:
+        name = None
+    if name not in KEY_DTYPES:
+        raise ValueError(f"{label}: key_dtype must be one of {KEY_DTYPES}, got {key_dtype!r}")
+    return name
+
+
 @dataclasses.dataclass(frozen=True)
 class TableSpec:
-    """One table of a collection, as its features define it."""
+    """One table of a collection, as its features define it (input_dim None: a hash table)."""
 
     name: str
-    input_dim: int
+    input_dim: int | None
     output_dim: int
     initializer: Any
     mode: str
+    capacity: int | None = None
+    evict_policy: str = "lru"
+    min_count: int = 1
+    key_dtype: str = "int64"
+
+    @classmethod
+    def of(cls, feature: FeatureSpec, name: str | None = None) -> "TableSpec":
+        """The table `feature` reads, named `name` (default: the feature's table name)."""
+        return cls(
+            name or feature.table_name,
+            feature.input_dim,
+            feature.output_dim,
+            feature.initializer,
+            feature.mode,
+            feature.capacity,
+            feature.evict_policy,
+            feature.min_count,
+            feature.key_dtype,
+        )
+
+    @property
+    def hashed(self) -> bool:
+        return self.input_dim is None
 
 
 def _same_table(a: FeatureSpec, b: FeatureSpec) -> bool:
-    return (a.input_dim, a.output_dim, a.mode) == (b.input_dim, b.output_dim, b.mode) and (
+    fields = ("input_dim", "output_dim", "mode", *HASH_TABLE_DEFAULTS)
+    return all(getattr(a, f) == getattr(b, f) for f in fields) and (
         serialize_initializer(a.initializer) == serialize_initializer(b.initializer)
     )
 
@@ -104,8 +218,8 @@ def table_specs(features: Sequence[FeatureSpec]) -> list[TableSpec]:
       One TableSpec per distinct table name.
 
     Raises:
-      ValueError: for duplicate feature names, or features sharing a table that disagree on its
-        shape, initializer or mode.
+      ValueError: for duplicate feature names, or features sharing a table that disagree on
+        any of its fields.
     """
     names = [f.name for f in features]
     duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -117,9 +231,7 @@ def table_specs(features: Sequence[FeatureSpec]) -> list[TableSpec]:
         if not _same_table(owner, f):
             raise ValueError(
                 f"features {owner.name!r} and {f.name!r} share table {f.table_name!r} but "
-                "differ in input_dim, output_dim, initializer or mode"
+                "differ in input_dim, output_dim, initializer, mode or the hash-table settings "
+                "(capacity, evict_policy, min_count, key_dtype)"
             )
-    return [
-        TableSpec(name, f.input_dim, f.output_dim, f.initializer, f.mode)
-        for name, f in first_use.items()
-    ]
+    return [TableSpec.of(f, name) for name, f in first_use.items()]

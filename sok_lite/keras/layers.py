@@ -1,8 +1,10 @@
 """Keras 3 layers over sok_lite tables: Embedding (one feature) and EmbeddingCollection (many).
 
-Both create their tables as sok_lite.Variable in build(), list them among the layer's weights
-(so model.trainable_variables, summary(), save_weights() and tf.train.Checkpoint see them) and
-look all of their features up in one sok_lite.lookup_sparse call.
+Both create their tables in build(), as sok_lite.Variable (input_dim given) or
+sok_lite.DynamicVariable (input_dim None: a hash table over raw keys), list them among the
+layer's weights (so model.trainable_variables, save_weights(), model.save() and
+tf.train.Checkpoint see them) and look all of their features up in one sok_lite.lookup_sparse
+call.
 """
 
 from collections.abc import Mapping, Sequence
@@ -12,9 +14,11 @@ import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite.comm.strategy import StrategyCommunicator, in_replica_context
+from sok_lite.dynamic import DynamicVariable
 from sok_lite.keras._keras_internals import in_symbolic_build, set_trainable, track_table
 from sok_lite.keras.features import FeatureSpec, TableSpec, serialize_initializer, table_specs
 from sok_lite.keras.inputs import as_id_lists
+from sok_lite.keras.tables import create_table, load_weight, save_weight
 from sok_lite.lookup import lookup_sparse
 from sok_lite.variable import Variable
 
@@ -27,22 +31,21 @@ class _TableLayer(keras.layers.Layer):
         # Our ops have no XLA kernels: keep Keras' jit_compile="auto" from choosing XLA.
         self.supports_jit = False
 
-    def _create_table(self, spec: TableSpec, name: str) -> Variable:
-        initializer = spec.initializer
-        if isinstance(initializer, (str, dict)):
-            initializer = keras.initializers.get(initializer)
+    def _create_table(self, spec: TableSpec, name: str) -> Variable | DynamicVariable:
         # build() may run while Keras traces a function; the table must outlive that graph.
         with tf.init_scope():
-            table = Variable(
-                shape=[spec.input_dim, spec.output_dim],
-                initializer=initializer,
-                dtype=self.variable_dtype,
-                mode=spec.mode,
-                name=name,
-                trainable=self.trainable,
-            )
+            table = create_table(spec, name, self.variable_dtype, self.trainable)
         track_table(self, table)
         return table
+
+    # Keras saves each weight as one dense array; a hash table has none (see keras/tables.py).
+    def save_own_variables(self, store):
+        for i, weight in enumerate(self.weights):
+            save_weight(store, str(i), weight)
+
+    def load_own_variables(self, store):
+        for i, weight in enumerate(self.weights):
+            load_weight(store, str(i), weight, f"layer {self.name!r}")
 
     def _lookup(self, tables: Sequence[Variable], features: Sequence[FeatureSpec], inputs):
         ids = [
@@ -127,16 +130,20 @@ class Embedding(_TableLayer):
     """One sok_lite table, looked up and combined per sample: [batch, ids] -> [batch, output_dim].
 
     Args:
-      input_dim: rows of the table; ids must be in [0, input_dim).
-      output_dim: columns of the table, the width of the output.
+      input_dim: rows of the table; ids must be in [0, input_dim). None: the table is a hash
+        table (a sok_lite.DynamicVariable) over raw integer keys, a row per key seen.
+      output_dim: columns of the table, the width of the output (required).
       combiner: "sum", "mean" or "sqrtn" over the ids of a sample (no ids: a row of zeros).
       initializer: a Keras initializer (name, config dict or object). RandomNormal,
         TruncatedNormal, RandomUniform, Zeros, Ones and Constant give the same table on any
-        number of ranks (see sok_lite.Variable).
+        number of ranks (see sok_lite.Variable); a hash table takes only these (or a number,
+        or "random").
       mode: "distributed" or "localized:K", as sok_lite.Variable.
       hotness: the most ids a sample may have (a longer sample is an error); None: no limit.
       pad_value: for dense inputs, the id that marks an empty slot: entries equal to it are
         dropped. None (the default): every entry of a dense input is an id.
+      capacity, evict_policy, min_count, key_dtype: hash tables only, as in
+        sok_lite.keras.FeatureSpec (and sok_lite.DynamicVariable).
       **kwargs: keras.layers.Layer arguments (name, trainable, dtype).
 
     Call args:
@@ -147,7 +154,8 @@ class Embedding(_TableLayer):
       A [batch, output_dim] tensor of the layer's compute dtype.
 
     Raises:
-      ValueError: for a bad combiner, mode or dimension, or non-integer ids.
+      ValueError: for a bad combiner, mode, dimension or hash-table setting, or non-integer
+        ids.
       tf.errors.InvalidArgumentError: for an id outside [0, input_dim) or a sample longer than
         hotness.
 
@@ -155,18 +163,25 @@ class Embedding(_TableLayer):
     >>> layer = sok.keras.Embedding(10, 4, combiner="mean", pad_value=-1)
     >>> layer(tf.constant([[1, 2, -1], [3, -1, -1]])).shape
     TensorShape([2, 4])
+    >>> hashed = sok.keras.Embedding(output_dim=4, capacity=1000)  # any int64 key
+    >>> hashed(tf.constant([[2**40, -7]], tf.int64)).shape, type(hashed.embeddings).__name__
+    (TensorShape([1, 4]), 'DynamicVariable')
     """
 
     def __init__(
         self,
-        input_dim: int,
-        output_dim: int,
+        input_dim: int | None = None,
+        output_dim: int | None = None,
         *,
         combiner: str = "sum",
         initializer: str | dict | keras.initializers.Initializer = "random_normal",
         mode: str = "distributed",
         hotness: int | None = None,
         pad_value: int | None = None,
+        capacity: int | None = None,
+        evict_policy: str = "lru",
+        min_count: int = 1,
+        key_dtype: str = "int64",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -179,6 +194,10 @@ class Embedding(_TableLayer):
             hotness=hotness,
             pad_value=pad_value,
             mode=mode,
+            capacity=capacity,
+            evict_policy=evict_policy,
+            min_count=min_count,
+            key_dtype=key_dtype,
         )
 
     input_dim = property(lambda self: self.feature.input_dim)
@@ -188,11 +207,13 @@ class Embedding(_TableLayer):
     mode = property(lambda self: self.feature.mode)
     hotness = property(lambda self: self.feature.hotness)
     pad_value = property(lambda self: self.feature.pad_value)
+    capacity = property(lambda self: self.feature.capacity)
+    evict_policy = property(lambda self: self.feature.evict_policy)
+    min_count = property(lambda self: self.feature.min_count)
+    key_dtype = property(lambda self: self.feature.key_dtype)
 
     def build(self, input_shape=None):
-        f = self.feature
-        spec = TableSpec(f.name, f.input_dim, f.output_dim, f.initializer, f.mode)
-        self.embeddings = self._create_table(spec, "embeddings")
+        self.embeddings = self._create_table(TableSpec.of(self.feature), "embeddings")
 
     def call(self, inputs):
         return self._lookup([self.embeddings], [self.feature], [inputs])[0]
@@ -211,6 +232,10 @@ class Embedding(_TableLayer):
             mode=f.mode,
             hotness=f.hotness,
             pad_value=f.pad_value,
+            capacity=f.capacity,
+            evict_policy=f.evict_policy,
+            min_count=f.min_count,
+            key_dtype=f.key_dtype,
         )
         return config
 
@@ -221,7 +246,8 @@ class EmbeddingCollection(_TableLayer):
 
     Args:
       features: FeatureSpec objects (or dicts of their fields), one per feature. Features whose
-        `table` name is equal share one table.
+        `table` name is equal share one table. Fixed-size and hash-table (input_dim None)
+        features mix freely; all are looked up in one call.
       **kwargs: keras.layers.Layer arguments (name, trainable, dtype).
 
     Call args:
@@ -263,8 +289,8 @@ class EmbeddingCollection(_TableLayer):
         self._table_store = store
 
     @property
-    def tables(self) -> dict[str, Variable]:
-        """{table name: sok_lite.Variable}, once built."""
+    def tables(self) -> dict[str, Variable | DynamicVariable]:
+        """{table name: sok_lite.Variable, or DynamicVariable for a hash table}, once built."""
         return dict(self._table_store.tables)
 
     def _ordered_inputs(self, inputs) -> list:

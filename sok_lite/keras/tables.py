@@ -1,0 +1,75 @@
+"""The tables behind the Keras layers: created from a TableSpec, kept in Keras weight files.
+
+A fixed-size table is a sok_lite.Variable; a hash table (input_dim None) a
+sok_lite.DynamicVariable. Keras saves a weight as one dense array, which a hash table does not
+have: its state is the keys it stores and their rows, optimizer slots included, saved as two
+arrays.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from sok_lite.dynamic import DynamicVariable
+from sok_lite.keras.features import TableSpec
+from sok_lite.variable import Variable
+
+
+def create_table(spec: TableSpec, name: str, dtype, trainable: bool):
+    """A sok_lite.Variable (or, for input_dim None, a DynamicVariable) for `spec`."""
+    initializer = spec.initializer
+    if isinstance(initializer, dict) or (isinstance(initializer, str) and not spec.hashed):
+        # A hash table reads SOK's strings ("random", "13") too: it gets names as they are.
+        initializer = keras.initializers.get(initializer)
+    if spec.hashed:
+        return DynamicVariable(
+            spec.output_dim,
+            initializer=initializer,
+            dtype=dtype,
+            mode=spec.mode,
+            name=name,
+            trainable=trainable,
+            key_dtype=spec.key_dtype,
+            capacity=spec.capacity,
+            evict_policy=spec.evict_policy,
+            min_count=spec.min_count,
+        )
+    return Variable(
+        shape=[spec.input_dim, spec.output_dim],
+        initializer=initializer,
+        dtype=dtype,
+        mode=spec.mode,
+        name=name,
+        trainable=trainable,
+    )
+
+
+def _keys_entry(key: str) -> str:
+    return f"{key}_keys"
+
+
+def save_weight(store, key: str, weight) -> None:
+    """Puts `weight` in a Keras weight store under `key`: a hash table as its rows (values,
+    then optimizer slots) under `key` and its keys under `key`_keys."""
+    if isinstance(weight, DynamicVariable):
+        keys, rows = weight.export(with_slots=True)
+        store[_keys_entry(key)] = keys.numpy().astype(np.int64)
+        store[key] = rows.numpy()
+    else:
+        store[key] = weight.numpy()
+
+
+def load_weight(store, key: str, weight, label: str) -> None:
+    """Sets `weight` from what save_weight put under `key`; a hash table keeps exactly the
+    saved keys."""
+    if key not in store:
+        raise ValueError(f"{label}: the weights file has no entry {key!r}")
+    if isinstance(weight, DynamicVariable):
+        if _keys_entry(key) not in store:
+            raise ValueError(
+                f"{label}: weight {key} is a hash table but the weights file has no keys for it"
+            )
+        keys = tf.constant(np.asarray(store[_keys_entry(key)]), tf.int64)
+        weight.replace_rows(keys, tf.constant(np.asarray(store[key]), tf.float32))
+    else:
+        weight.assign(store[key])
