@@ -11,7 +11,7 @@ BUILD_STAMP := build/.sok_lite_ops
 KERNEL_SOURCES := $(shell find kernels -name '*.cc' -o -name '*.h' -o -name '*.cu' 2>/dev/null)
 CXX_FILES := $(shell find kernels -name '*.cc' -o -name '*.h' 2>/dev/null)
 
-.PHONY: setup build demo test test-asan fuzz lint bench bench-distributed clean
+.PHONY: setup build demo test test-asan fuzz lint bench bench-e2e bench-distributed clean
 
 setup: $(DEPS_STAMP) $(HOROVOD_STAMP) $(BUILD_STAMP)
 
@@ -54,6 +54,10 @@ lint: $(DEPS_STAMP)
 
 bench: setup
 	$(PY) benchmarks/lookup_bench.py
+
+# model.fit of a Criteo-shaped DLRM: plain Keras, sok_lite static and hash tables, the floor.
+bench-e2e: setup
+	cd benchmarks && $(PY) e2e_bench.py
 
 bench-distributed: setup
 	cd benchmarks && horovodrun -np 2 -H localhost:2 --gloo $(PY) distributed_bench.py

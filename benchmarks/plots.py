@@ -85,7 +85,7 @@ def model_points(results: list[dict], x_key: str, y_key: str) -> dict[str, list[
     return points
 
 
-def plot_e2e(results, out, name, varied, fixed, y_key, xlabel, ylabel, log_x) -> None:
+def plot_e2e(results, out, name, varied, fixed, y_key, xlabel, ylabel, log_x, log_y=False):
     sweep = largest_sweep(results, fixed, varied)
     if not sweep:
         print(f"{name}: no e2e results, skipped")
@@ -101,6 +101,8 @@ def plot_e2e(results, out, name, varied, fixed, y_key, xlabel, ylabel, log_x) ->
         ax.plot(*zip(*xy), label=label, **style)
     if log_x:
         ax.set_xscale("log")
+    if log_y:  # plain Keras grows 100x over the sweep; the others would sit on the axis
+        ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     settings = ", ".join(f"{key} {sweep[0].get(key)}" for key in fixed)
@@ -198,8 +200,9 @@ def main(argv=None) -> None:
         fixed=("features", "batch", "embedding_dim"),
         y_key="step_ms",
         xlabel="total table rows",
-        ylabel="step time (ms)",
+        ylabel="step time (ms, log scale)",
         log_x=True,
+        log_y=True,
     )
     plot_e2e(
         e2e,

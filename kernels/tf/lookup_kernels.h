@@ -14,6 +14,7 @@
 #include "kernels/tf/device.h"
 #include "kernels/tf/input_checks.h"
 #include "kernels/tf/kernel_args.h"
+#include "kernels/tf/table_memory.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -207,6 +208,7 @@ class GatherRowsOp : public tensorflow::OpKernel {
       tensorflow::Tensor* rows = nullptr;
       OP_REQUIRES_OK(ctx, rows_out.allocate(t, tensorflow::TensorShape({u, dim}), &rows));
       if (u == 0 || dim == 0) continue;
+      TableMemory<Device>::PrepareRandomRows(table);
       OP_REQUIRES_OK(ctx, (GatherRowsFunctor<Device, T>::Compute(ctx, table.flat<T>().data(), dim,
                                                                  idx, u, rows->flat<T>().data())));
     }

@@ -15,6 +15,7 @@
 #include "kernels/tf/device.h"
 #include "kernels/tf/input_checks.h"
 #include "kernels/tf/optimizer_args.h"
+#include "kernels/tf/table_memory.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -111,7 +112,10 @@ class SparseApplyOp : public tensorflow::OpKernel {
     OP_REQUIRES(ctx, !bad,
                 errors::InvalidArgument(label, ": gradient row ", r, " is out of range [0, ",
                                         shape.dim_size(0), ")"));
-    for (Var* v : order) OP_REQUIRES_OK(ctx, PrepareInPlaceUpdate<Functor>(ctx, v));
+    for (Var* v : order) {
+      OP_REQUIRES_OK(ctx, PrepareInPlaceUpdate<Functor>(ctx, v));
+      TableMemory<Device>::PrepareRandomRows(*v->tensor());
+    }
 
     std::vector<T*> slots;
     for (int i = 1; i <= num_slots; ++i) slots.push_back(vars[i]->tensor()->flat<T>().data());

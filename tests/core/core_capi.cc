@@ -8,6 +8,7 @@
 #include "kernels/core/combine.h"
 #include "kernels/core/cpu_gpu_rules.h"
 #include "kernels/core/exchange.h"
+#include "kernels/core/huge_pages.h"
 #include "kernels/core/optimizers.h"
 #include "kernels/core/unique.h"
 
@@ -90,6 +91,11 @@ void sok_core_apply_rows(int kind, double lr, double weight_decay, const double*
   h.p.assign(p, p + num_p);
   const std::vector<float*> slot_list(slots, slots + num_slots);
   sok_lite::ApplyRows(static_cast<OptimizerKind>(kind), h, dim, rows, grads, 0, n, var, slot_list);
+}
+
+// Huge-page advice for [p, p + bytes): 1 if given by this call.
+int sok_core_advise_huge_pages(void* p, int64_t bytes) {
+  return sok_lite::AdviseHugePages(p, static_cast<size_t>(bytes)) ? 1 : 0;
 }
 
 }  // extern "C"

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CORE_SOURCES = ["unique.cc", "combine.cc", "optimizers.cc"]
+CORE_SOURCES = ["unique.cc", "combine.cc", "optimizers.cc", "huge_pages.cc"]
 I64_MIN, I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 EXTREMES = np.array([I64_MIN, I64_MIN + 1, -(2**32), -2, -1, 0, 1, 2, 2**32, I64_MAX - 1, I64_MAX])
 RANKS = [1, 2, 3, 7, 8, 1000, 2**31 + 11]
@@ -42,6 +42,7 @@ I64, U64, I32, F32, F64 = (
 )
 c_i64, c_u64, c_int, c_double = ctypes.c_int64, ctypes.c_uint64, ctypes.c_int, ctypes.c_double
 SIGNATURES = {
+    "sok_core_advise_huge_pages": (ctypes.c_int, [ctypes.c_void_p, c_i64]),
     "sok_core_splitmix64": (None, [U64, c_i64, U64]),
     "sok_core_splitmix64_finalizer": (None, [U64, c_i64, U64]),
     "sok_core_key_hash": (None, [I64, c_i64, U64]),
@@ -244,3 +245,16 @@ def test_without_tensorflow():
     )
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_huge_page_advice_keeps_values_and_is_given_once(core, monkeypatch):
+    monkeypatch.setenv("SOK_LITE_HUGE_PAGES", "1")  # read once, at this test's first call
+    small = np.arange(1 << 16, dtype=np.float32)
+    assert core.sok_core_advise_huge_pages(small.ctypes.data, small.nbytes) == 0  # too small
+    big = np.arange(20 << 20, dtype=np.float32)  # 80 MiB: several 2 MiB pages inside
+    first = core.sok_core_advise_huge_pages(big.ctypes.data, big.nbytes)
+    # Whether advice was given depends on the OS; a second call for the same buffer never is.
+    assert core.sok_core_advise_huge_pages(big.ctypes.data, big.nbytes) == 0
+    np.testing.assert_array_equal(big, np.arange(20 << 20, dtype=np.float32))
+    if Path("/sys/kernel/mm/transparent_hugepage").is_dir():  # Linux with THP built in
+        assert first == 1

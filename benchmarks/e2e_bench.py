@@ -1,0 +1,163 @@
+"""A Criteo-shaped DLRM under model.fit: plain Keras, sok_lite static and hash tables, the floor.
+
+Usage: python benchmarks/e2e_bench.py [--scale 1.0] [--tables static|dynamic|both]
+         [--features 26] [--batch 4096] [--multi-hot 0] [--models ...] [--json PATH]
+
+The workload (benchmarks/e2e_models.py): 13 dense inputs, `--features` categorical features of
+one id each, Zipf(1.1) ids, d = 16, Adam 1e-3. `--scale` multiplies the tables' rows (1.0: 29M
+rows over 26 features). All models are built in this process; blocks of fit steps alternate
+between them (each block as long as --block-seconds, at least --min-steps steps) for --rounds
+rounds, and each model's step time is the median over its blocks of the per-block median step.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from e2e_models import (  # noqa: E402
+    MODELS,
+    batches,
+    build_model,
+    cardinalities,
+    dataset,
+    ragged_multi_hot,
+)
+
+
+class StepTimes(keras.callbacks.Callback):
+    """Wall time of each training step but the first of a fit() call."""
+
+    def __init__(self):
+        super().__init__()
+        self.times = []
+        self._last = None
+
+    def on_train_begin(self, logs=None):
+        self._last = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        if self._last is not None:
+            self.times.append(now - self._last)
+        self._last = now
+
+
+class Runner:
+    """One model and its endless input; run_block() trains a block of steps."""
+
+    def __init__(self, kind, cards, data, multi_hot, ragged):
+        self.kind = kind
+        self.model = build_model(kind, cards, multi_hot, ragged)
+        self.data = dataset(data, ragged)
+        self.block_ms = []
+        self.step_s = None
+
+    def run_block(self, block_seconds, min_steps):
+        if self.step_s is None:  # first block: compile, then measure one step
+            self._fit(2)
+            start = time.perf_counter()
+            self._fit(2)
+            self.step_s = (time.perf_counter() - start) / 2
+            return
+        steps = max(min_steps, int(block_seconds / self.step_s))
+        timer = StepTimes()
+        self._fit(steps + 1, timer)
+        self.block_ms.append(1e3 * float(np.median(timer.times)))
+
+    def _fit(self, steps, *callbacks):
+        self.model.fit(
+            self.data,
+            steps_per_epoch=steps,
+            epochs=1,
+            verbose=0,
+            shuffle=False,
+            callbacks=list(callbacks),
+        )
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--scale", type=float, default=1.0, help="multiplies every table's rows")
+    p.add_argument("--tables", choices=("static", "dynamic", "both"), default="both")
+    p.add_argument("--features", type=int, default=26, help="one-hot categorical features")
+    p.add_argument("--multi-hot", type=int, default=0, help="add a feature of 1..k ids")
+    p.add_argument(
+        "--multi-hot-input",
+        choices=("ragged", "padded"),
+        default="ragged",
+        help="how sok_lite models get it (plain Keras always gets it padded with -1)",
+    )
+    p.add_argument("--batch", type=int, default=4096)
+    p.add_argument("--distinct-batches", type=int, default=100, help="batches drawn, then cycled")
+    p.add_argument("--models", nargs="+", choices=MODELS, help="default: all (per --tables)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--block-seconds", type=float, default=4.0)
+    p.add_argument("--min-steps", type=int, default=3)
+    p.add_argument("--json", help="also write the results to this JSON file")
+    return p.parse_args(argv)
+
+
+def chosen_models(args) -> list[str]:
+    models = list(args.models or MODELS)
+    skip = {"static": "sok_lite_dynamic", "dynamic": "sok_lite_static"}.get(args.tables)
+    return [m for m in models if m != skip]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cards = cardinalities(args.features, args.scale)
+    data = batches(cards, args.batch, args.distinct_batches, args.multi_hot)
+    ragged = args.multi_hot_input == "ragged"
+    print(
+        f"e2e: {args.features} features, {sum(cards):,} rows, batch {args.batch}, d=16, "
+        f"multi-hot {args.multi_hot}"
+    )
+    runners = [
+        Runner(kind, cards, data, args.multi_hot, ragged_multi_hot(kind, args.multi_hot, ragged))
+        for kind in chosen_models(args)
+    ]
+    for r in runners:
+        r.run_block(args.block_seconds, args.min_steps)
+    for _ in range(args.rounds):
+        for r in runners:
+            r.run_block(args.block_seconds, args.min_steps)
+    results = {}
+    floor = None
+    for r in runners:
+        ms = float(np.median(r.block_ms))
+        results[r.kind] = {"step_ms": ms, "samples_per_s": args.batch / ms * 1e3}
+        floor = ms if r.kind == "floor" else floor
+    print(f"{'model':<20s} {'ms/step':>9s} {'samples/s':>11s} {'minus floor':>12s}")
+    for kind, res in results.items():
+        extra = f"{res['step_ms'] - floor:10.1f} ms" if floor is not None else ""
+        print(f"{kind:<20s} {res['step_ms']:9.1f} {res['samples_per_s']:11,.0f} {extra:>12s}")
+    if "plain_keras" in results:
+        for kind in ("sok_lite_static", "sok_lite_dynamic"):
+            if kind in results:
+                ratio = results["plain_keras"]["step_ms"] / results[kind]["step_ms"]
+                print(f"speed-up of {kind} over plain Keras: {ratio:.2f}x")
+    if args.json:
+        record = {
+            "benchmark": "e2e",
+            "scale": args.scale,
+            "features": args.features,
+            "multi_hot": args.multi_hot,
+            "multi_hot_input": args.multi_hot_input if args.multi_hot else None,
+            "total_rows": sum(cards),
+            "batch": args.batch,
+            "embedding_dim": 16,
+            "command": "python " + " ".join(sys.argv),
+            "models": results,
+        }
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+// Huge pages for large tables: rows of a table of gigabytes are read and written at random, and
+// with 4 KiB pages nearly every row access also misses the TLB (the page tables of a 1 GiB
+// array are 2 MiB themselves). Backing such a table with 2 MiB pages removes most of those
+// misses, but getting 2 MiB pages costs time once (zeroing or collapsing them: seconds per GiB
+// on a virtual machine), so it is opt-in: SOK_LITE_HUGE_PAGES=1. Linux only; a no-op elsewhere
+// and for small buffers. Measurements: docs/benchmarks.md, "Huge pages".
+#ifndef SOK_LITE_KERNELS_CORE_HUGE_PAGES_H_
+#define SOK_LITE_KERNELS_CORE_HUGE_PAGES_H_
+
+#include <cstddef>
+
+namespace sok_lite {
+
+// Buffers below this size are left alone: a few huge pages save nothing.
+constexpr size_t kHugePageMinBytes = size_t{32} << 20;
+
+// Asks the kernel to back the 2 MiB-aligned interior of [p, p + bytes) with huge pages, and to
+// collapse the pages already there now (MADV_COLLAPSE, Linux >= 6.1) rather than in the
+// background. Done once per buffer (by its address range); failures are ignored, since the advice
+// only changes speed. Returns whether advice was given by this call.
+bool AdviseHugePages(const void* p, size_t bytes);
+
+}  // namespace sok_lite
+
+#endif  // SOK_LITE_KERNELS_CORE_HUGE_PAGES_H_

@@ -1,0 +1,40 @@
+"""benchmarks/e2e_bench.py runs all four models end to end on tiny tables and writes its JSON.
+
+Timings at this size mean nothing: only the result's shape is checked."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+BENCH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "e2e_bench.py"
+MODELS = {"plain_keras", "sok_lite_static", "sok_lite_dynamic", "floor"}
+
+
+def run_bench(tmp_path, *extra):
+    out = tmp_path / "e2e.json"
+    args = ["--scale", "0.0001", "--features", "3", "--batch", "64", "--rounds", "1"]
+    args += ["--block-seconds", "0.05", "--min-steps", "2", "--distinct-batches", "4"]
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), *args, *extra, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=BENCH.parent,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text()), proc.stdout
+
+
+def test_e2e_bench_times_every_model(tmp_path):
+    result, stdout = run_bench(tmp_path)
+    assert set(result["models"]) == MODELS
+    assert all(m["step_ms"] > 0 and m["samples_per_s"] > 0 for m in result["models"].values())
+    assert result["features"] == 3 and result["batch"] == 64
+    assert "speed-up of sok_lite_static over plain Keras" in stdout
+
+
+def test_e2e_bench_ragged_multi_hot_and_one_table_kind(tmp_path):
+    result, _ = run_bench(tmp_path, "--multi-hot", "4", "--tables", "dynamic")
+    assert set(result["models"]) == MODELS - {"sok_lite_static"}
+    assert result["multi_hot"] == 4 and result["multi_hot_input"] == "ragged"
