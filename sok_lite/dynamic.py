@@ -518,7 +518,9 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         raise ValueError(
             f"'{self._label}' is a DynamicVariable, a hash table with no dense value: read rows "
             "by key with tf.gather(table, keys), tf.nn.embedding_lookup or lookup_sparse, or "
-            "every stored row with export()"
+            "every stored row with export(). A Keras model holding one has no get_weights(): "
+            "save and restore it with save_weights() / load_weights(), model.save(), "
+            "tf.train.Checkpoint or sok.dump / sok.load"
         )
 
     read_value = value

@@ -1,12 +1,11 @@
 """A wide & deep click model (Cheng et al., 2016) on sok_lite tables, trained with Keras fit.
 
-Deep part: a `sok.keras.EmbeddingCollection` of four features, looked up in one fused call: the
-user (raw 64-bit keys, a hash-table feature), the item, its category and the device (3 raw ids
-from a range of device_categories, a bounded hash-table feature), then the dense features,
-through an MLP. Wide part: a [wide_features, 1] table looked up with the feature values as
-weights and combiner "sum", i.e. a sparse linear model sum_j w[id_j] * value_j; the Keras layers
-take no per-id weights, so the model holds this table itself and looks it up with
-`sok.lookup_sparse`.
+One `sok.keras.EmbeddingCollection` holds every table and looks all of them up in one fused
+call. Deep part: the user (raw 64-bit keys, a hash-table feature), the item, its category and
+the device (3 raw ids from a range of device_categories, a bounded hash-table feature), then the
+dense features, through an MLP. Wide part: a weighted feature over a [wide_features, 1] table,
+its ids weighted by the feature values with combiner "sum", i.e. a sparse linear model
+sum_j w[id_j] * value_j.
 """
 
 import keras
@@ -15,14 +14,15 @@ import tensorflow as tf
 import sok_lite as sok
 from sok_lite.keras import EmbeddingCollection, FeatureSpec
 
+DEEP_FEATURES = ("user", "item", "category", "device")
+
 
 class WideAndDeep(keras.Model):
     """From the features of examples/wide_deep/data.py to click logits [batch, 1].
 
-    The deep part's tables are the Keras weights of its EmbeddingCollection. The wide table is
-    a sok_lite variable of the model, not a Keras weight: `train_step` adds it to the variables
-    it differentiates. The optimizer given to compile() must be a sok.OptimizerWrapper (which
-    updates the tables row-wise). Checkpoint the tables with sok.dump.
+    Every table is a Keras weight of the EmbeddingCollection, so Keras' own fit trains them
+    all; the optimizer given to compile() must be a sok.keras.OptimizerWrapper (which updates
+    the tables row-wise). Checkpoint the tables with sok.dump.
 
     Args:
       wide_features: rows of the wide table.
@@ -45,7 +45,6 @@ class WideAndDeep(keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.wide = sok.Variable(shape=[wide_features, 1], initializer="zeros", name="wide")
         self.embeddings = EmbeddingCollection(
             [
                 # Raw 64-bit keys: no vocabulary, a row per key seen.
@@ -55,6 +54,15 @@ class WideAndDeep(keras.Model):
                 FeatureSpec("category", categories, embedding_dim, mode="localized:0"),
                 # Declared over device_categories ids, stores only those that occur.
                 FeatureSpec("device", output_dim=embedding_dim, capacity=device_categories),
+                # The wide part: one weight per id, times the id's value, summed per sample.
+                FeatureSpec(
+                    "wide_ids",
+                    wide_features,
+                    1,
+                    initializer="zeros",
+                    table="wide",
+                    weight_feature="wide_values",
+                ),
             ],
             name="embeddings",
         )
@@ -64,7 +72,7 @@ class WideAndDeep(keras.Model):
             name="mlp",
         )
         # Built now, so that its weights exist before the first batch (to broadcast them).
-        self.mlp.build((None, 4 * embedding_dim + dense_features))
+        self.mlp.build((None, len(DEEP_FEATURES) * embedding_dim + dense_features))
         self.built = True
 
     @property
@@ -78,28 +86,6 @@ class WideAndDeep(keras.Model):
         return self.embeddings.tables["device"]
 
     def call(self, features):
-        deep = self.embeddings(features)  # keys that are not features are ignored
-        wide = sok.lookup_sparse(
-            self.wide,
-            tf.RaggedTensor.from_tensor(features["wide_ids"]),
-            sp_weights=tf.RaggedTensor.from_tensor(features["wide_values"]),
-        )
-        embedded = [deep[name] for name in ("user", "item", "category", "device")]
-        return wide + self.mlp(tf.concat(embedded + [features["dense"]], axis=1))
-
-    def train_step(self, data):
-        # Keras' own step differentiates `trainable_variables` only; the wide table is added.
-        features, labels = data
-        with tf.GradientTape() as tape:
-            logits = self(features, training=True)
-            loss = self.compute_loss(x=features, y=labels, y_pred=logits)
-            scaled = self.optimizer.scale_loss(loss)
-        variables = self.trainable_variables + [self.wide]
-        gradients = tape.gradient(scaled, variables)
-        self.optimizer.apply_gradients(zip(gradients, variables))
-        for metric in self.metrics:
-            if metric.name == "loss":
-                metric.update_state(loss)
-            else:
-                metric.update_state(labels, logits)
-        return {m.name: m.result() for m in self.metrics}
+        looked_up = self.embeddings(features)  # keys that are not features are ignored
+        deep = [looked_up[name] for name in DEEP_FEATURES] + [features["dense"]]
+        return looked_up["wide_ids"] + self.mlp(tf.concat(deep, axis=1))

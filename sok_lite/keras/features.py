@@ -64,11 +64,18 @@ class FeatureSpec:
       min_count: hash tables only: a key gets a stored, trainable row from its min_count-th
         lookup on (before that it reads the initializer's value).
       key_dtype: hash tables only: "int64" (default) or "int32", the dtype of the keys.
+      weight_feature: the key of the input dict entry that holds one float weight per id (as
+        TF's weighted_categorical_column), laid out exactly like the ids: the same ragged or
+        sparse structure, or the same dense [batch, k] shape (entries whose id is pad_value
+        are dropped with their ids). The combiner weighs each row as
+        tf.nn.embedding_lookup_sparse does ("sum": sum_j w_j * row_j). The weights get no
+        gradient. None: every id weighs 1.
 
     Raises:
       ValueError: naming the feature, for an unknown combiner, mode, evict_policy or
         key_dtype, non-positive dimensions, capacity or min_count, hash-table settings on a
-        fixed-size feature, or an initializer a hash table cannot compute per key.
+        fixed-size feature, an initializer a hash table cannot compute per key, or a
+        weight_feature that is not a non-empty name other than the feature's.
     """
 
     name: str
@@ -84,6 +91,7 @@ class FeatureSpec:
     evict_policy: str = "lru"
     min_count: int = 1
     key_dtype: str = "int64"
+    weight_feature: str | None = None
 
     def __post_init__(self):
         label = f"feature {self.name!r}"
@@ -99,12 +107,24 @@ class FeatureSpec:
                 f"{self.input_dim!r}"
             )
         Placement.parse(self.mode)
+        self._check_weight_feature(label)
         # A tf.DType is accepted and kept by name, so that the config stays JSON.
         object.__setattr__(self, "key_dtype", _key_dtype_name(self.key_dtype, label))
         if self.hashed:
             self._check_hash_table(label)
         else:
             self._refuse_hash_table_settings(label)
+
+    def _check_weight_feature(self, label: str) -> None:
+        if self.weight_feature is None:
+            return
+        if not isinstance(self.weight_feature, str) or not self.weight_feature:
+            raise ValueError(
+                f"{label}: weight_feature must be a non-empty input name or None, got "
+                f"{self.weight_feature!r}"
+            )
+        if self.weight_feature == self.name:
+            raise ValueError(f"{label}: weight_feature must name another input entry than the ids")
 
     def _check_hash_table(self, label: str) -> None:
         if self.capacity is not None and (not _is_int(self.capacity) or self.capacity < 1):
@@ -235,3 +255,19 @@ def table_specs(features: Sequence[FeatureSpec]) -> list[TableSpec]:
                 "(capacity, evict_policy, min_count, key_dtype)"
             )
     return [TableSpec.of(f, name) for name, f in first_use.items()]
+
+
+def check_weight_features(features: Sequence[FeatureSpec]) -> None:
+    """Refuses a weight_feature that names a feature: one input entry cannot be both the ids
+    of a feature and the weights of another.
+
+    Raises:
+      ValueError: naming the weighted feature and the entry.
+    """
+    names = {f.name for f in features}
+    for f in features:
+        if f.weight_feature in names:
+            raise ValueError(
+                f"feature {f.name!r}: weight_feature {f.weight_feature!r} is the name of a "
+                "feature (its ids); weights need an input entry of their own"
+            )

@@ -1,4 +1,5 @@
-"""Turns what a Keras embedding layer receives into the id lists that lookup_sparse takes."""
+"""Turns what a Keras embedding layer receives (ids, and per-id weights for weighted features)
+into the id and weight lists that lookup_sparse takes."""
 
 import tensorflow as tf
 
@@ -21,6 +22,92 @@ def as_id_lists(inputs, pad_value: int | None, label: str):
     """
     if isinstance(inputs, (tf.RaggedTensor, tf.SparseTensor)):
         return inputs
+    dense = _dense_ids(inputs, label)
+    if pad_value is None:
+        return tf.RaggedTensor.from_tensor(dense)
+    # A mask, not from_tensor(padding=...), which only strips trailing padding.
+    return tf.ragged.boolean_mask(dense, _kept(dense, pad_value))
+
+
+def as_weighted_id_lists(inputs, weights, pad_value: int | None, label: str):
+    """The ids of one weighted feature and their weights, in one [batch, None] layout.
+
+    Args:
+      inputs: the ids, as as_id_lists takes them.
+      weights: one float weight per id, laid out like `inputs`: a tf.RaggedTensor with the same
+        row lengths, a tf.SparseTensor with the same indices, or a dense tensor of the same
+        shape (entries whose id is pad_value are dropped with their ids).
+      pad_value: as as_id_lists.
+      label: names the layer and feature in error messages.
+
+    Returns:
+      (ids, weights): two tf.RaggedTensor or two tf.SparseTensor [batch, None] with the same
+      row splits or indices.
+
+    Raises:
+      ValueError: for weights of another kind (ragged, sparse, dense) than the ids, non-float
+        weights, or dense weights whose static shape differs from the ids'.
+      tf.errors.InvalidArgumentError: for weights whose row lengths, indices or shape differ
+        from the ids' when the batch runs.
+    """
+    if not isinstance(weights, (tf.RaggedTensor, tf.SparseTensor)):
+        weights = tf.convert_to_tensor(weights)
+    if not isinstance(inputs, (tf.RaggedTensor, tf.SparseTensor)):
+        inputs = _dense_ids(inputs, label)
+        if weights.shape.rank == 1:
+            weights = weights[:, tf.newaxis]
+    check_weight_spec(inputs, weights, label)
+    if isinstance(inputs, tf.RaggedTensor):
+        same = _same_values(inputs.row_splits, weights.row_splits)
+        return inputs, inputs.with_values(_checked(weights.values, same, "row lengths", label))
+    if isinstance(inputs, tf.SparseTensor):
+        same = _same_values(inputs.indices, weights.indices)
+        values = _checked(weights.values, same, "indices", label)
+        return inputs, tf.SparseTensor(inputs.indices, values, inputs.dense_shape)
+    same = _same_values(tf.shape(inputs), tf.shape(weights))
+    weights = _checked(weights, same, "shape", label)
+    if pad_value is None:
+        return tf.RaggedTensor.from_tensor(inputs), tf.RaggedTensor.from_tensor(weights)
+    kept = _kept(inputs, pad_value)
+    return tf.ragged.boolean_mask(inputs, kept), tf.ragged.boolean_mask(weights, kept)
+
+
+def check_weight_spec(inputs, weights, label: str) -> None:
+    """Checks what a model's inputs declare (keras.KerasTensor) before it runs: weights of the
+    ids' kind (ragged, sparse or dense), a float dtype and, for dense ids, a compatible shape.
+
+    Raises:
+      ValueError: naming the feature, as as_weighted_id_lists does.
+    """
+    ids_kind, weights_kind = _kind(inputs), _kind(weights)
+    if ids_kind != weights_kind:
+        raise ValueError(
+            f"{label}: {weights_kind} weights for {ids_kind} ids: the weights must be laid out "
+            "like the ids"
+        )
+    dtype = tf.as_dtype(weights.dtype)
+    if not dtype.is_floating:
+        raise ValueError(f"{label}: weights must be floating point, got {dtype.name}")
+    if ids_kind == "dense" and not tf.TensorShape(weights.shape).is_compatible_with(
+        tf.TensorShape(inputs.shape)
+    ):
+        raise ValueError(
+            f"{label}: weights of shape {weights.shape} for ids of shape {inputs.shape}: they "
+            "must be laid out like the ids"
+        )
+
+
+def _kind(x) -> str:
+    """ "ragged", "sparse" or "dense", for tensors and for keras.KerasTensor."""
+    if isinstance(x, tf.RaggedTensor) or getattr(x, "ragged", False):
+        return "ragged"
+    if isinstance(x, tf.SparseTensor) or getattr(x, "sparse", False):
+        return "sparse"
+    return "dense"
+
+
+def _dense_ids(inputs, label: str) -> tf.Tensor:
+    """Dense ids as an integer [batch, k] tensor."""
     dense = tf.convert_to_tensor(inputs)
     if not dense.dtype.is_integer:
         raise ValueError(f"{label}: ids must be integers, got {dense.dtype.name}")
@@ -28,7 +115,29 @@ def as_id_lists(inputs, pad_value: int | None, label: str):
         dense = dense[:, tf.newaxis]
     if dense.shape.rank != 2:
         raise ValueError(f"{label}: dense ids must be [batch, k] or [batch], got {dense.shape}")
-    if pad_value is None:
-        return tf.RaggedTensor.from_tensor(dense)
-    # A mask, not from_tensor(padding=...), which only strips trailing padding.
-    return tf.ragged.boolean_mask(dense, tf.not_equal(dense, tf.cast(pad_value, dense.dtype)))
+    return dense
+
+
+def _kept(dense: tf.Tensor, pad_value: int) -> tf.Tensor:
+    """Where dense ids are ids, not pad_value."""
+    return tf.not_equal(dense, tf.cast(pad_value, dense.dtype))
+
+
+def _same_values(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """Whether two integer tensors hold the same values, sizes included."""
+    a = tf.reshape(tf.cast(a, tf.int64), [-1])
+    b = tf.reshape(tf.cast(b, tf.int64), [-1])
+    return tf.cond(
+        tf.equal(tf.size(a), tf.size(b)),
+        lambda: tf.reduce_all(tf.equal(a, b)),
+        lambda: tf.constant(False),
+    )
+
+
+def _checked(weights: tf.Tensor, same: tf.Tensor, what: str, label: str) -> tf.Tensor:
+    """`weights`, once `same` holds: the lookup must not pair a weight with another id."""
+    check = tf.debugging.assert_equal(
+        same, True, message=f"{label}: the weights are not laid out like the ids (other {what})"
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(weights)

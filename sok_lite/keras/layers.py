@@ -3,8 +3,8 @@
 Both create their tables in build(), as sok_lite.Variable (input_dim given) or
 sok_lite.DynamicVariable (input_dim None: a hash table over raw keys), list them among the
 layer's weights (so model.trainable_variables, save_weights(), model.save() and
-tf.train.Checkpoint see them) and look all of their features up in one sok_lite.lookup_sparse
-call.
+tf.train.Checkpoint see them) and look all of their features up, with the per-id weights of
+weighted features, in one sok_lite.lookup_sparse call.
 """
 
 from collections.abc import Mapping, Sequence
@@ -16,9 +16,21 @@ from sok_lite import comm
 from sok_lite.comm.strategy import StrategyCommunicator, in_replica_context
 from sok_lite.dynamic import DynamicVariable
 from sok_lite.keras._keras_internals import in_symbolic_build, set_trainable, track_table
-from sok_lite.keras.features import FeatureSpec, TableSpec, serialize_initializer, table_specs
-from sok_lite.keras.inputs import as_id_lists
-from sok_lite.keras.tables import create_table, load_weight, save_weight
+from sok_lite.keras.features import (
+    FeatureSpec,
+    TableSpec,
+    check_weight_features,
+    serialize_initializer,
+    table_specs,
+)
+from sok_lite.keras.inputs import as_id_lists, as_weighted_id_lists, check_weight_spec
+from sok_lite.keras.tables import (
+    create_table,
+    hash_table_names,
+    load_weight,
+    save_weight,
+    stored_values,
+)
 from sok_lite.lookup import lookup_sparse
 from sok_lite.variable import Variable
 
@@ -47,20 +59,66 @@ class _TableLayer(keras.layers.Layer):
         for i, weight in enumerate(self.weights):
             load_weight(store, str(i), weight, f"layer {self.name!r}")
 
-    def _lookup(self, tables: Sequence[Variable], features: Sequence[FeatureSpec], inputs):
-        ids = [
-            as_id_lists(x, f.pad_value, f"layer {self.name!r}, feature {f.name!r}")
-            for x, f in zip(inputs, features)
-        ]
+    # A hash table has no fixed shape: Keras' own count multiplies each weight's shape.
+    def count_params(self) -> int:
+        """The number of values in the layer's tables; a hash table counts the rows stored on
+        this process times its dimension, a number that grows as keys arrive."""
+        if not self.built:
+            return super().count_params()  # Keras' error for an unbuilt layer
+        return sum(stored_values(weight) for weight in self.weights)
+
+    # Keras' contract is one dense array per weight, which a hash table does not have.
+    def get_weights(self):
+        self._refuse_hash_tables("get_weights")
+        return super().get_weights()
+
+    def set_weights(self, weights):
+        self._refuse_hash_tables("set_weights")
+        super().set_weights(weights)
+
+    def _refuse_hash_tables(self, method: str) -> None:
+        hashed = hash_table_names(self.weights)
+        if hashed:
+            raise ValueError(
+                f"layer {self.name!r}: {method}() takes one array per weight, and hash tables "
+                f"{hashed} have none (they hold the keys seen so far). Save and restore the "
+                "layer with model.save_weights() / load_weights(), model.save(), "
+                "tf.train.Checkpoint or sok.dump / sok.load; read a table's rows with "
+                "table.export()"
+            )
+
+    def _lookup(
+        self,
+        tables: Sequence[Variable],
+        features: Sequence[FeatureSpec],
+        inputs,
+        weights=None,
+    ):
+        """inputs: the ids per feature; weights: None, or per feature None or its per-id
+        weights."""
+        weights = [None] * len(features) if weights is None else weights
+        lists = [self._id_lists(x, w, f) for x, w, f in zip(inputs, weights, features)]
+        ids = [x for x, _ in lists]
         if _shape_trace_without_replica():
             return [self._placeholder_output(x, f) for x, f in zip(ids, features)]
         outputs = lookup_sparse(
             list(tables),
             ids,
+            sp_weights=[w for _, w in lists],
             hotness=[f.hotness for f in features],
             combiners=[f.combiner for f in features],
         )
         return [tf.cast(out, self.compute_dtype) for out in outputs]
+
+    def _id_lists(self, inputs, weights, feature: FeatureSpec):
+        """(ids, weights or None) of one feature, as lookup_sparse takes them."""
+        label = self._label(feature)
+        if weights is None:
+            return as_id_lists(inputs, feature.pad_value, label), None
+        return as_weighted_id_lists(inputs, weights, feature.pad_value, label)
+
+    def _label(self, feature: FeatureSpec) -> str:
+        return f"layer {self.name!r}, feature {feature.name!r}"
 
     def _placeholder_output(self, ids, feature: FeatureSpec) -> tf.Tensor:
         rows = ids.dense_shape[0] if isinstance(ids, tf.SparseTensor) else ids.nrows()
@@ -68,10 +126,10 @@ class _TableLayer(keras.layers.Layer):
             rows = ids.shape[0]
         return tf.zeros(tf.stack([rows, feature.output_dim]), self.compute_dtype)
 
-    def _output_spec(self, inputs, feature: FeatureSpec) -> keras.KerasTensor:
-        _refuse_composite_input_under_replicas(
-            inputs, f"layer {self.name!r}, feature {feature.name!r}"
-        )
+    def _output_spec(self, inputs, weights, feature: FeatureSpec) -> keras.KerasTensor:
+        _refuse_composite_input_under_replicas(inputs, self._label(feature))
+        if weights is not None:
+            check_weight_spec(inputs, weights, self._label(feature))
         return keras.KerasTensor((inputs.shape[0], feature.output_dim), dtype=self.compute_dtype)
 
     @property
@@ -144,20 +202,25 @@ class Embedding(_TableLayer):
         dropped. None (the default): every entry of a dense input is an id.
       capacity, evict_policy, min_count, key_dtype: hash tables only, as in
         sok_lite.keras.FeatureSpec (and sok_lite.DynamicVariable).
+      weighted: if True, the layer is called on (ids, weights): one float weight per id, laid
+        out like the ids (as FeatureSpec's weight_feature).
       **kwargs: keras.layers.Layer arguments (name, trainable, dtype).
 
     Call args:
       inputs: a tf.RaggedTensor or tf.SparseTensor [batch, None] of int32/int64 ids, or a dense
-        integer tensor [batch, k] (filtered by pad_value) or [batch].
+        integer tensor [batch, k] (filtered by pad_value) or [batch]. A weighted layer takes a
+        tuple (ids, weights), the weights of the same kind and layout as the ids (entries whose
+        id is pad_value are dropped with their ids); they get no gradient.
 
     Returns:
       A [batch, output_dim] tensor of the layer's compute dtype.
 
     Raises:
-      ValueError: for a bad combiner, mode, dimension or hash-table setting, or non-integer
-        ids.
-      tf.errors.InvalidArgumentError: for an id outside [0, input_dim) or a sample longer than
-        hotness.
+      ValueError: for a bad combiner, mode, dimension or hash-table setting, non-integer ids,
+        or (weighted) an input that is not (ids, weights), non-float weights or weights laid
+        out unlike the ids.
+      tf.errors.InvalidArgumentError: for an id outside [0, input_dim), a sample longer than
+        hotness, or weights whose row lengths differ from the ids' when the batch runs.
 
     >>> import tensorflow as tf, sok_lite as sok
     >>> layer = sok.keras.Embedding(10, 4, combiner="mean", pad_value=-1)
@@ -166,6 +229,10 @@ class Embedding(_TableLayer):
     >>> hashed = sok.keras.Embedding(output_dim=4, capacity=1000)  # any int64 key
     >>> hashed(tf.constant([[2**40, -7]], tf.int64)).shape, type(hashed.embeddings).__name__
     (TensorShape([1, 4]), 'DynamicVariable')
+    >>> linear = sok.keras.Embedding(10, 1, initializer="ones", weighted=True)
+    >>> ids, values = tf.ragged.constant([[1, 2], [3]]), tf.ragged.constant([[0.5, 2.0], [1.5]])
+    >>> linear((ids, values)).numpy().tolist()  # per sample: sum of value * row
+    [[2.5], [1.5]]
     """
 
     def __init__(
@@ -182,9 +249,11 @@ class Embedding(_TableLayer):
         evict_policy: str = "lru",
         min_count: int = 1,
         key_dtype: str = "int64",
+        weighted: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.weighted = bool(weighted)
         self.feature = FeatureSpec(
             name=self.name,
             input_dim=input_dim,
@@ -216,10 +285,21 @@ class Embedding(_TableLayer):
         self.embeddings = self._create_table(TableSpec.of(self.feature), "embeddings")
 
     def call(self, inputs):
-        return self._lookup([self.embeddings], [self.feature], [inputs])[0]
+        ids, weights = self._ids_and_weights(inputs)
+        return self._lookup([self.embeddings], [self.feature], [ids], [weights])[0]
 
     def compute_output_spec(self, inputs):
-        return self._output_spec(inputs, self.feature)
+        return self._output_spec(*self._ids_and_weights(inputs), self.feature)
+
+    def _ids_and_weights(self, inputs) -> tuple:
+        if not self.weighted:
+            return inputs, None
+        if not isinstance(inputs, (tuple, list)) or len(inputs) != 2:
+            raise ValueError(
+                f"layer {self.name!r} is weighted: call it on a tuple (ids, weights), got "
+                f"{type(inputs).__name__}"
+            )
+        return tuple(inputs)
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -236,6 +316,7 @@ class Embedding(_TableLayer):
             evict_policy=f.evict_policy,
             min_count=f.min_count,
             key_dtype=f.key_dtype,
+            weighted=self.weighted,
         )
         return config
 
@@ -253,14 +334,17 @@ class EmbeddingCollection(_TableLayer):
     Call args:
       inputs: a dict {feature name: ids} (keys that are not features are ignored), or a list
         with one entry per feature in the order of `features`. Each entry is what
-        sok_lite.keras.Embedding accepts.
+        sok_lite.keras.Embedding accepts. A feature with a weight_feature reads its per-id
+        weights from that entry of the dict (a list input cannot carry weights).
 
     Returns:
       {feature name: [batch, output_dim] tensor} for a dict input, else a list in feature order.
 
     Raises:
       ValueError: for duplicate feature names, features sharing a table that disagree on it, a
-        missing feature or a list of the wrong length.
+        weight_feature that names a feature, a missing feature or weight entry, a list of the
+        wrong length or a list input for weighted features, or weights laid out unlike their
+        ids (see sok_lite.keras.Embedding).
 
     >>> import tensorflow as tf, sok_lite as sok
     >>> layer = sok.keras.EmbeddingCollection([
@@ -278,6 +362,7 @@ class EmbeddingCollection(_TableLayer):
         if not self.features:
             raise ValueError("EmbeddingCollection needs at least one feature")
         self._table_specs = table_specs(self.features)
+        check_weight_features(self.features)
 
     def build(self, input_shape=None):
         # A tf.Module holds the tables: Keras' own dict tracking does not reach TF variables,
@@ -306,12 +391,34 @@ class EmbeddingCollection(_TableLayer):
             )
         return inputs
 
+    def _ordered_weights(self, inputs) -> list:
+        """Per feature, its weights from the dict input, or None for an unweighted feature."""
+        weighted = [f for f in self.features if f.weight_feature is not None]
+        if not isinstance(inputs, Mapping):
+            if weighted:
+                raise ValueError(
+                    f"layer {self.name!r}: features {[f.name for f in weighted]} are weighted: "
+                    "call the layer on a dict that holds their weights, not on a list"
+                )
+            return [None] * len(self.features)
+        missing = [
+            f"{f.weight_feature!r} (for feature {f.name!r})"
+            for f in weighted
+            if f.weight_feature not in inputs
+        ]
+        if missing:
+            raise ValueError(f"layer {self.name!r}: inputs lack the weights {', '.join(missing)}")
+        return [
+            None if f.weight_feature is None else inputs[f.weight_feature] for f in self.features
+        ]
+
     def call(self, inputs):
         tables = self._table_store.tables
         outputs = self._lookup(
             [tables[f.table_name] for f in self.features],
             self.features,
             self._ordered_inputs(inputs),
+            self._ordered_weights(inputs),
         )
         if isinstance(inputs, Mapping):
             return {f.name: out for f, out in zip(self.features, outputs)}
@@ -319,7 +426,10 @@ class EmbeddingCollection(_TableLayer):
 
     def compute_output_spec(self, inputs):
         specs = [
-            self._output_spec(x, f) for x, f in zip(self._ordered_inputs(inputs), self.features)
+            self._output_spec(x, w, f)
+            for x, w, f in zip(
+                self._ordered_inputs(inputs), self._ordered_weights(inputs), self.features
+            )
         ]
         if isinstance(inputs, Mapping):
             return {f.name: s for f, s in zip(self.features, specs)}

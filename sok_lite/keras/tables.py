@@ -1,4 +1,5 @@
-"""The tables behind the Keras layers: created from a TableSpec, kept in Keras weight files.
+"""The tables behind the Keras layers: created from a TableSpec, kept in Keras weight files,
+counted for summary().
 
 A fixed-size table is a sok_lite.Variable; a hash table (input_dim None) a
 sok_lite.DynamicVariable. Keras saves a weight as one dense array, which a hash table does not
@@ -6,12 +7,16 @@ have: its state is the keys it stores and their rows, optimizer slots included, 
 arrays.
 """
 
+import math
+
 import keras
 import numpy as np
 import tensorflow as tf
 
+from sok_lite.comm.shards import shards_of
 from sok_lite.dynamic import DynamicVariable
 from sok_lite.keras.features import TableSpec
+from sok_lite.ops import dynamic_ops
 from sok_lite.variable import Variable
 
 
@@ -73,3 +78,23 @@ def load_weight(store, key: str, weight, label: str) -> None:
         weight.replace_rows(keys, tf.constant(np.asarray(store[key]), tf.float32))
     else:
         weight.assign(store[key])
+
+
+def stored_values(weight) -> int:
+    """The number of values a weight holds: a hash table's rows stored on this process times
+    its dimension (this rank's count: summary() often runs on one rank only, so the count
+    must not wait for the others), any other weight the product of its shape."""
+    if not _is_hash_table(weight):
+        return math.prod(weight.shape)
+    shards = shards_of(weight)  # one per local replica under MirroredStrategy
+    rows = sum(int(dynamic_ops.size(shard.handle)) for shard in shards)
+    return rows * int(shards[0].shape[1])
+
+
+def hash_table_names(weights) -> list[str]:
+    """The names of the hash tables among `weights`."""
+    return [w.name.split(":")[0] for w in weights if _is_hash_table(w)]
+
+
+def _is_hash_table(weight) -> bool:
+    return isinstance(shards_of(weight)[0], DynamicVariable)

@@ -392,3 +392,38 @@ def test_exported_saved_model_serves_unseen_keys_without_sok_lite(tmp_path):
     expected = predict(*args).numpy()  # the training model creates the unseen keys' rows
     assert set(rows_by_key(tables[0])) - before, "the batch must hold keys training never saw"
     np.testing.assert_allclose(served, expected, rtol=1e-5, atol=1e-6)
+
+
+# --- counting and get_weights ------------------------------------------------------------------
+
+
+def test_count_params_counts_the_stored_rows():
+    layer = EmbeddingCollection(features(), name="features")
+    layer.build()
+    item_values = 20 * DIM
+    assert layer.count_params() == item_values  # no key stored yet
+    layer(batch_inputs(np.random.default_rng(0)))
+    rows = int(layer.tables["users"].size())
+    assert rows > 0 and layer.count_params() == rows * DIM + item_values
+    layer(batch_inputs(np.random.default_rng(1), keys=KEYS + 1))  # new keys: the count grows
+    more = int(layer.tables["users"].size())
+    assert more > rows and layer.count_params() == more * DIM + item_values
+    embedding = Embedding(output_dim=DIM)
+    embedding(tf.constant([[5, 6, 5]], tf.int64))
+    assert embedding.count_params() == 2 * DIM
+
+
+def test_get_weights_of_hash_tables_say_what_to_use_instead():
+    model = make_model()
+    model(batch_inputs(np.random.default_rng(0)))
+    layer = model.get_layer("features")
+    for call in (layer.get_weights, lambda: layer.set_weights([])):
+        with pytest.raises(ValueError, match=r"layer 'features': .*hash tables \[.*users.*save_w"):
+            call()
+    with pytest.raises(ValueError, match=r"no dense value.*save_weights\(\).*sok\.dump"):
+        model.get_weights()
+    # Without hash tables the layers keep Keras' contract.
+    fixed = Embedding(5, 2)
+    fixed(tf.constant([[1]]))
+    fixed.set_weights([np.ones([5, 2], np.float32)])
+    np.testing.assert_array_equal(fixed.get_weights()[0], np.ones([5, 2]))
