@@ -63,6 +63,11 @@ def _as_rows(grad, var) -> tf.IndexedSlices:
     return var.gradient_rows(values, indices)
 
 
+def _divided(grad: tf.IndexedSlices, divisor) -> tf.IndexedSlices:
+    values = grad.values / tf.cast(divisor, grad.values.dtype)
+    return tf.IndexedSlices(values, grad.indices, grad.dense_shape)
+
+
 def _sq_norm(values) -> tf.Tensor:
     return tf.reduce_sum(tf.square(tf.cast(values, tf.float32)))
 
@@ -139,11 +144,10 @@ def apply_gradients(optimizer, grads_and_vars, keras_apply, is_ours):
         if g is not None and is_ours(v)
     ]
     dense = [(g, v) for g, v in pairs if not is_ours(v)]
-    if ours and getattr(optimizer, "loss_scale_factor", None):
-        raise ValueError(
-            "loss_scale_factor is not supported for sok_lite tables: their "
-            "gradients would be applied scaled"
-        )
+    loss_scale_factor = getattr(optimizer, "loss_scale_factor", None)
+    if ours and loss_scale_factor:
+        # Keras unscales the other gradients in its own apply(), before clipping.
+        ours = [(_divided(g, loss_scale_factor), v) for g, v in ours]
     if not ours:
         if not dense:  # nothing but tables without a gradient: the step still counts
             return optimizer.iterations.assign_add(1)

@@ -5,7 +5,9 @@ loudly if one moves.
 """
 
 import contextlib
+import sys
 
+import keras
 import tensorflow as tf
 
 
@@ -68,3 +70,41 @@ def counting_steps_with(optimizer, iterations: tf.Variable):
         yield
     finally:
         optimizer._iterations = saved
+
+
+# How far up the call stack a LossScaleOptimizer's build() may be from its inner optimizer's:
+# a decorator's frame lies between them.
+_FRAMES_TO_SEARCH = 8
+
+
+def loss_scale_optimizer_building(inner):
+    """The keras.optimizers.LossScaleOptimizer whose build() is building `inner`, its inner
+    optimizer, or None.
+
+    A LossScaleOptimizer builds its inner optimizer from its own build() and hands it no
+    reference to itself, so the inner optimizer finds it on the call stack. That call path is
+    private to Keras; reading callers' frames is a CPython detail.
+    """
+    frame = sys._getframe(1)
+    for _ in range(_FRAMES_TO_SEARCH):
+        if frame is None:
+            return None
+        caller = frame.f_locals.get("self")
+        if (
+            isinstance(caller, keras.optimizers.LossScaleOptimizer)
+            and getattr(caller, "inner_optimizer", None) is inner
+        ):
+            return caller
+        frame = frame.f_back
+    return None
+
+
+def replace_finite_check(loss_scale_optimizer, check_finite) -> None:
+    """Makes this one LossScaleOptimizer decide with `check_finite(grads)` whether a step's
+    gradients are all finite.
+
+    Its apply() asks its own `check_finite` method (a private call path): an attribute of the
+    instance takes precedence over the class' method, so no other optimizer changes. Set
+    without Keras' attribute tracking, which has nothing to track in a function.
+    """
+    object.__setattr__(loss_scale_optimizer, "check_finite", check_finite)

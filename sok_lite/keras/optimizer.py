@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from sok_lite.comm.shards import shards_of
 from sok_lite.keras._keras_internals import built_variables
+from sok_lite.keras.loss_scaling import keep_table_gradients_sparse
 from sok_lite.optimizer_rules import WrapsOptimizer, rule_for, unwrap
 from sok_lite.row_wise import apply_gradients, filter_variables, is_table
 
@@ -22,6 +23,12 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
     the tables' slots (created by build()) to the wrapped optimizer's, so model.save() and
     tf.train.Checkpoint keep them.
 
+    Mixed precision: a keras.optimizers.LossScaleOptimizer goes around the wrapper (compile
+    puts one there under the "mixed_float16" policy): the table gradients are unscaled before
+    the row-wise update and stay tf.IndexedSlices, and a step with a non-finite gradient
+    leaves tables and slots unchanged, as it does dense weights. The wrapped optimizer's
+    `loss_scale_factor` (static loss scaling) applies to table gradients too.
+
     Args:
       inner_optimizer: a keras.optimizers.Optimizer (SGD, Adam, AdamW, Adagrad, RMSprop, Ftrl,
         Adamax, Adadelta), or a sok_lite.OptimizerWrapper around one.
@@ -29,8 +36,8 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
 
     Raises:
       TypeError: if inner_optimizer is not a Keras 3 optimizer.
-      ValueError: if it uses loss_scale_factor or gradient_accumulation_steps, which the
-        row-wise path does not apply.
+      ValueError: if it uses gradient_accumulation_steps, which the row-wise path does not
+        apply, or is a LossScaleOptimizer (that one goes around the wrapper instead).
 
     >>> import keras, sok_lite as sok
     >>> model = keras.Sequential([sok.keras.Embedding(100, 8), keras.layers.Dense(1)])
@@ -47,16 +54,24 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
                 "OptimizerWrapper wraps a keras.optimizers.Optimizer, got "
                 f"{type(inner_optimizer).__name__}"
             )
-        for unsupported in ("loss_scale_factor", "gradient_accumulation_steps"):
-            if getattr(inner_optimizer, unsupported, None):
-                raise ValueError(
-                    f"{unsupported} of the wrapped optimizer is not applied to sok_lite tables; "
-                    "leave it unset"
-                )
+        if isinstance(inner_optimizer, keras.optimizers.LossScaleOptimizer):
+            # Inside, its finite check and unscaling would see no table gradient, and compile
+            # would add a second one around the wrapper under mixed_float16.
+            raise ValueError(
+                "wrap the LossScaleOptimizer around sok_lite.keras.OptimizerWrapper, not the "
+                "other way: keras.optimizers.LossScaleOptimizer(OptimizerWrapper(optimizer)) "
+                "(compile does so itself under the mixed_float16 policy)"
+            )
+        if getattr(inner_optimizer, "gradient_accumulation_steps", None):
+            raise ValueError(
+                "gradient_accumulation_steps of the wrapped optimizer is not applied to "
+                "sok_lite tables; leave it unset"
+            )
         super().__init__(learning_rate=0.0, name=name or f"sok_lite_{inner_optimizer.name}")
         self.inner_optimizer = inner_optimizer
 
     def build(self, variables):
+        keep_table_gradients_sparse(self)  # when a LossScaleOptimizer is building this one
         tables, dense = filter_variables(variables)
         self.inner_optimizer.build(dense)
         # The row-wise slots of fixed-size tables are created now rather than on the first
@@ -111,6 +126,20 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
     @learning_rate.setter
     def learning_rate(self, learning_rate):
         self.inner_optimizer.learning_rate = learning_rate
+
+    @property
+    def loss_scale_factor(self):
+        """The wrapped optimizer's static loss scale: fit multiplies the loss by it and every
+        gradient, of tables too, is divided by it before the update."""
+        inner = vars(self).get("inner_optimizer")  # Keras' __init__ reads it before it is set
+        return None if inner is None else inner.loss_scale_factor
+
+    @loss_scale_factor.setter
+    def loss_scale_factor(self, factor):
+        # The wrapped optimizer's, as a LossScaleOptimizer expects when it turns it off.
+        inner = vars(self).get("inner_optimizer")
+        if inner is not None:
+            inner.loss_scale_factor = factor
 
     @property
     def variables(self):

@@ -61,3 +61,36 @@ def test_tf_keras_optimizers_still_count_steps_in_a_private_attribute():
             assert opt.iterations is own
             opt.apply_gradients([(tf.ones([2]), tf.Variable(tf.zeros([2])))])
         assert int(own) == 6 and int(opt.iterations) == before
+
+
+def test_a_loss_scale_optimizer_builds_its_inner_optimizer_from_its_own_build():
+    found = []
+
+    class Probe(keras.optimizers.SGD):
+        def build(self, variables):
+            found.append(_keras_internals.loss_scale_optimizer_building(self))
+            super().build(variables)
+
+    inner = Probe(0.1)
+    outer = keras.optimizers.LossScaleOptimizer(inner)
+    outer.build([keras.Variable(np.ones([2]))])
+    assert found == [outer]
+    assert _keras_internals.loss_scale_optimizer_building(inner) is None  # not building now
+
+
+def test_a_loss_scale_optimizer_still_asks_its_own_check_finite():
+    weight = keras.Variable(np.ones([2], np.float32))
+    outer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=8.0)
+    outer.build([weight])
+    asked = []
+
+    def never_finite(grads):
+        asked.append(len(grads))
+        return tf.constant(False)
+
+    _keras_internals.replace_finite_check(outer, never_finite)
+    outer.apply_gradients([(tf.ones([2]), weight)])
+    assert asked == [1]
+    np.testing.assert_array_equal(weight.numpy(), [1.0, 1.0])  # the step was skipped
+    assert float(outer.dynamic_scale.numpy()) == 4.0
+    assert "check_finite" not in vars(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()))
