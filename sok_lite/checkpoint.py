@@ -22,6 +22,9 @@ from sok_lite.table_kind import TableKind
 FORMAT = "sok_lite.checkpoint"
 VERSION = 1
 CHUNK_ROWS = 65536  # rows per read/write: bounds the memory a dump or load adds per table
+# Table dtypes a load converts between; rows files hold float64 for float64 tables, else float32
+# (a 16-bit table's values widened exactly, beside its float32 slots).
+CONVERTIBLE_DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
 class CheckpointError(ValueError):
@@ -103,11 +106,7 @@ def dump(path, variables, optimizer=None, since_step: int | None = None) -> None
         with open(ids_file, "wb") as fi, open(rows_file, "wb") as fr:
             for ids, rows in chunks:
                 fi.write(np.ascontiguousarray(ids, "<i8").tobytes())
-                fr.write(
-                    np.ascontiguousarray(
-                        rows, "<f4" if rows.dtype == np.float32 else "<f8"
-                    ).tobytes()
-                )
+                fr.write(np.ascontiguousarray(rows, _file_dtype(metas[t]["dtype"])).tobytes())
                 count += len(ids)
                 width = rows.shape[1] if rows.ndim == 2 else width
             for f in (fi, fr):
@@ -178,7 +177,11 @@ def _check_files(final: pathlib.Path, manifest: dict) -> None:
 def _check_table(meta: dict, var, optimizer, manifest_path) -> None:
     expected = _table_meta(var, optimizer)
     label = f"{manifest_path}: table '{meta.get('name')}'"
-    for key in ("kind", "dim", "dtype"):
+    if meta.get("dtype") not in CONVERTIBLE_DTYPES or expected["dtype"] not in CONVERTIBLE_DTYPES:
+        keys = ("kind", "dim", "dtype")
+    else:  # float dtypes convert into each other on load (a float32 dump into a 16-bit table)
+        keys = ("kind", "dim")
+    for key in keys:
         if meta.get(key) != expected[key]:
             raise CheckpointError(
                 f"{label}: {key} {meta.get(key)!r}, the variable has {expected[key]!r}"
@@ -194,11 +197,16 @@ def _check_table(meta: dict, var, optimizer, manifest_path) -> None:
         )
 
 
+def _file_dtype(table_dtype: str) -> np.dtype:
+    """The element type of a table's rows files (see CONVERTIBLE_DTYPES)."""
+    return np.dtype("<f8" if table_dtype == "float64" else "<f4")
+
+
 def _owned_rows(final, manifest, t, var, width_out, communicator):
     """Streams every shard file of table t; returns (ids, rows) that this rank owns now."""
     rank, n = communicator.rank, communicator.num_ranks
     keep_ids, keep_rows = [], []
-    dtype = np.dtype("<f4" if var.dtype == tf.float32 else "<f8")
+    dtype = _file_dtype(manifest["tables"][t]["dtype"])
     for r in range(manifest["world_size"]):
         info = manifest["files"][f"t{t}.r{r}.rows"]
         count, width = info["rows"], info["width"]

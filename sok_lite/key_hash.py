@@ -74,3 +74,15 @@ def splitmix64_tf(x):
     x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, u64(30))) * u64(_M1)
     x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, u64(27))) * u64(_M2)
     return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, u64(31)))
+
+
+def rounding_bits(seed: int, step: int, rows, dim: int) -> np.ndarray:
+    """RoundingRowKey / RoundingBits: the [len(rows), dim] 16-bit draws (uint32) with which an
+    optimizer step rounds global `rows` of a bfloat16 table stochastically."""
+    u64 = np.uint64
+    step_bits = np.array(step, np.int64).view(u64)
+    row_bits = np.asarray(rows, np.int64).reshape(-1).view(u64)
+    key = splitmix64(splitmix64(splitmix64(u64(seed)) ^ step_bits) ^ row_bits)
+    cols = np.arange(dim, dtype=np.uint64)
+    h = splitmix64(key[:, None] ^ (cols >> u64(2))[None, :])
+    return ((h >> (u64(16) * (cols & u64(3)))) & u64(0xFFFF)).astype(np.uint32)

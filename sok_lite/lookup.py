@@ -10,6 +10,7 @@ from sok_lite.comm.shards import local_shard
 from sok_lite.ops import exchange_ops, lookup_ops
 from sok_lite.ragged_input import ids_parts, weight_values
 from sok_lite.serving import active_table, combine
+from sok_lite.table_dtypes import TABLE_DTYPES, row_dtype
 from sok_lite.table_kind import TableKind
 from sok_lite.variable import read_rows
 
@@ -38,10 +39,11 @@ def _check_param(var, table: int) -> None:
         )
     if var.shape.rank != 2:
         raise ValueError(f"table {table} ('{_table_name(var)}'): must be 2-D, got {var.shape}")
-    if var.dtype not in (tf.float32, tf.float64):
+    if var.dtype not in TABLE_DTYPES:
+        names = ", ".join(d.name for d in TABLE_DTYPES)
         raise ValueError(
             f"table {table} ('{_table_name(var)}'): dtype {var.dtype.name} is not "
-            "supported (float32, float64)"
+            f"supported ({names})"
         )
 
 
@@ -71,7 +73,9 @@ def lookup_sparse(
         admits keys per table instead (DynamicVariable(min_count=k)), so True is refused.
 
     Returns:
-      Per table a [batch, dim] tensor; a single tensor when params was a single Variable. A
+      Per table a [batch, dim] tensor (float32 for a bfloat16 / float16 table: rows are
+      widened as they are read and combined in float32; a Keras layer casts to its compute
+      dtype); a single tensor when params was a single Variable. A
       sample with no ids gives a row of zeros. The gradient of a table is a tf.IndexedSlices
       over its local shard with one row per unique id (weights get no gradient).
 
@@ -135,9 +139,9 @@ def lookup_sparse(
         ids = [p[0] for p in parts]
         splits = [p[1] for p in parts]
         w = [
-            tf.zeros([0], params[t].dtype)
+            tf.zeros([0], row_dtype(params[t].dtype))
             if weights[t] is None
-            else weight_values(weights[t], ids[t], params[t].dtype, labels[t])
+            else weight_values(weights[t], ids[t], row_dtype(params[t].dtype), labels[t])
             for t in range(n)
         ]
         for var in params:
@@ -222,7 +226,7 @@ def _serving_lookup(serving, sp_ids, weights, comb, params, single, name):
         for t, (table, x) in enumerate(zip(serving, sp_ids)):
             label = f"table {t} ('{_table_name(params[t])}')"
             ids, splits = ids_parts(x, label, plain_tf=True)
-            dtype = table.rows.dtype
+            dtype = table.row_dtype
             w = None if weights[t] is None else tf.cast(weights[t].values, dtype)
             outputs.append(combine(table.lookup(ids), splits, w, comb[t]))
     return outputs[0] if single else outputs
@@ -237,10 +241,11 @@ def _global_rows(var) -> int:
 
 
 def _dtype_groups(params) -> list[list[int]]:
-    """Table indices grouped by value dtype (one gather/combine op per group)."""
+    """Table indices grouped by row dtype (one combine op per group; 16-bit tables combine
+    float32 rows)."""
     groups: dict = {}
     for t, var in enumerate(params):
-        groups.setdefault(var.dtype, []).append(t)
+        groups.setdefault(row_dtype(var.dtype), []).append(t)
     return list(groups.values())
 
 
@@ -251,10 +256,11 @@ def _check_distributed_params(params) -> None:
                 f"table {t} ('{_table_name(var)}'): with several ranks every table must be a "
                 f"sok_lite.Variable or DynamicVariable, got {type(var).__name__}"
             )
-        if var.dtype != params[0].dtype:
+        if row_dtype(var.dtype) != row_dtype(params[0].dtype):
             raise ValueError(
                 f"table {t} ('{_table_name(var)}'): with several ranks all tables of one call "
-                f"share a dtype ({params[0].dtype.name}), got {var.dtype.name}"
+                f"share a row dtype ({row_dtype(params[0].dtype).name}; 16-bit tables are read "
+                f"as float32), got {var.dtype.name}"
             )
 
 
@@ -271,7 +277,7 @@ def _local_rows(params, unique, labels) -> list:
     """
     groups: dict = {}
     for t, var in enumerate(params):
-        groups.setdefault((_reader(var), var.dtype), []).append(t)
+        groups.setdefault((_reader(var), row_dtype(var.dtype)), []).append(t)
     rows = [None] * len(params)
     for (read, _), group in groups.items():
         found = read(
@@ -299,7 +305,7 @@ def _exchanged_rows(params, unique, labels, communicator) -> list:
         [v.handle for v in params],
         received,
         received_splits,
-        params[0].dtype,
+        row_dtype(params[0].dtype),  # 16-bit rows cross the wire widened to float32
         dims,
         dynamic,
         labels,

@@ -13,6 +13,7 @@ from sok_lite import comm
 from sok_lite._tf_internals import check_numerics_enabled
 from sok_lite.comm.shards import ReplicaShards, local_shard
 from sok_lite.optimizer_rules import learning_rate, rule_for, weight_decay
+from sok_lite.table_dtypes import row_dtype
 from sok_lite.table_kind import TableKind
 
 
@@ -48,9 +49,10 @@ def _as_rows(grad, var) -> tf.IndexedSlices:
     else:
         values = tf.convert_to_tensor(grad)
         indices = tf.range(tf.shape(values, out_type=tf.int64)[0])
-    if values.dtype != var.dtype:
+    if values.dtype != row_dtype(var.dtype):  # float32 for a 16-bit table
         raise ValueError(
-            f"gradient of '{name}' has dtype {values.dtype.name}, the table {var.dtype.name}"
+            f"gradient of '{name}' has dtype {values.dtype.name}, the table's rows "
+            f"{row_dtype(var.dtype).name}"
         )
     if values.shape.rank != 2 or not values.shape[1:].is_compatible_with(var.shape[1:]):
         raise ValueError(f"gradient of '{name}' has shape {values.shape}, the table {var.shape}")

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite.serving_init import initial_rows
+from sok_lite.table_dtypes import row_dtype
 from sok_lite.table_kind import TableKind
 
 _active: dict | None = None  # table ref -> ServingTable while exporting
@@ -30,9 +31,14 @@ class ServingTable:
     index: tf.lookup.StaticHashTable | None = None
     init: object = None  # RowInitializer of a hash table
 
+    @property
+    def row_dtype(self) -> tf.DType:
+        """The dtype lookups return: float32 for a 16-bit table, as in training."""
+        return row_dtype(self.rows.dtype)
+
     def lookup(self, ids: tf.Tensor) -> tf.Tensor:
         if self.index is None:
-            return tf.gather(self.rows, ids)
+            return tf.cast(tf.gather(self.rows, ids), self.row_dtype)
         pos = self.index.lookup(ids)
         found = tf.gather(self.rows, tf.maximum(pos, 0))
         fresh = initial_rows(self.init, ids, int(self.rows.shape[1]))

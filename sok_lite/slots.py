@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from sok_lite._tf_internals import ResourceVariable
 from sok_lite.optimizer_rules import is_legacy, unwrap
+from sok_lite.table_dtypes import row_dtype
 from sok_lite.table_kind import TableKind
 
 # optimizer -> {table ref -> {slot name -> slot variable}}
@@ -16,7 +17,8 @@ _UPDATED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def _new_slot(var, name: str, fill: float):
     base = var.name.split(":")[0]
-    value = tf.fill(tf.shape(var), tf.constant(fill, var.dtype))
+    # float32 beside a 16-bit table: the optimizer state keeps full precision.
+    value = tf.fill(tf.shape(var), tf.constant(fill, row_dtype(var.dtype)))
     if isinstance(var, TableKind):
         return var.slot_variable(value, f"{base}/{name}")
     return ResourceVariable(value, trainable=False, name=f"{base}/{name}")

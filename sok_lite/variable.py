@@ -22,6 +22,7 @@ from sok_lite.slots import (
     stepped_row_wise,
     updated_since,
 )
+from sok_lite.table_dtypes import check_table_dtype, rounding_seed, row_dtype
 from sok_lite.table_kind import TableKind, _row_owner
 
 
@@ -72,9 +73,10 @@ def _local_value(initial_value, shape, initializer, dtype, placement, rank, num_
 
 
 def read_rows(tables, ids, labels) -> list:
-    """Rows [n, dim] of local row ids, per table, in one op (tables of one dtype whose rows
-    are a resource variable's, in local row order)."""
-    return lookup_ops.gather_rows([t.handle for t in tables], list(ids), tables[0].dtype, labels)
+    """Rows [n, dim] of local row ids, per table, in one op (tables of one row dtype whose rows
+    are a resource variable's, in local row order; 16-bit tables are read as float32)."""
+    dtype = row_dtype(tables[0].dtype)
+    return lookup_ops.gather_rows([t.handle for t in tables], list(ids), dtype, labels)
 
 
 def _name(var) -> str:
@@ -96,13 +98,18 @@ class Variable(ResourceVariable, TableKind):
         RandomUniform, Zeros, Ones, Constant), a number, or any callable(shape, dtype). The Keras
         kinds are computed per row from (seed, global row id): the global table is the same for
         every number of ranks. Default "random_normal" (stddev 0.05).
-      dtype: the value dtype (float32 or float64).
+      dtype: the storage dtype: float32, float64, or bfloat16 / float16 for 16-bit tables,
+        whose rows are read as float32 (lookup results and gradients are float32, optimizer
+        slots too) and rounded back after each optimizer step: bfloat16 stochastically (with
+        bits drawn from the table's name, the step, the global row and the column, so the
+        same on any number of ranks), float16 to nearest.
       mode: "distributed" or "localized:K".
       name: the variable name.
       trainable: whether the variable is trainable.
 
     Raises:
-      ValueError: for a table that is not 2-D, a bad mode or conflicting arguments.
+      ValueError: for a table that is not 2-D, an unsupported dtype, a bad mode or conflicting
+        arguments.
 
     >>> import numpy as np, sok_lite as sok
     >>> v = sok.Variable(np.zeros([17, 3]), dtype="float32")
@@ -145,20 +152,24 @@ class Variable(ResourceVariable, TableKind):
         name: str | None = None,
         trainable: bool = True,
     ):
-        dtype = tf.as_dtype(dtype)
-        if dtype not in (tf.float32, tf.float64):
-            raise ValueError(f"sok_lite.Variable supports float32 and float64, got {dtype.name}")
+        dtype = check_table_dtype(dtype, name)
         placement = Placement.parse(mode)
         communicator = comm.current()
         rank, num_ranks = communicator.rank, communicator.num_ranks
         if placement.kind == "localized" and placement.rank >= num_ranks:
             raise ValueError(f"mode {mode!r} names rank {placement.rank} of {num_ranks}")
+        # 16-bit tables: values are made in float32 and rounded to nearest once.
         local, global_shape = _local_value(
-            initial_value, shape, initializer, dtype, placement, rank, num_ranks
+            initial_value, shape, initializer, row_dtype(dtype), placement, rank, num_ranks
         )
+        local = tf.cast(local, dtype)
         super().__init__(initial_value=local, trainable=trainable, name=name, dtype=dtype)
         self._global_shape = global_shape
         self._placement = placement
+        # Global row = local row * stride + offset: what a 16-bit table's rounding draws from.
+        distributed = placement.kind == "distributed"
+        self._row_numbering = (num_ranks, rank) if distributed else (1, 0)
+        self._rounding_seed = rounding_seed(name, global_shape)
 
     @property
     def global_shape(self) -> tf.TensorShape:
@@ -198,7 +209,7 @@ class Variable(ResourceVariable, TableKind):
         cls = type(self)
         slot = ResourceVariable.__new__(cls)  # one shard, whatever the strategy
         ResourceVariable.__init__(
-            slot, initial_value=local_value, trainable=False, name=name, dtype=self.dtype
+            slot, initial_value=local_value, trainable=False, name=name, dtype=local_value.dtype
         )
         slot._global_shape = self.global_shape
         slot._placement = self.placement
@@ -242,7 +253,20 @@ class Variable(ResourceVariable, TableKind):
     def apply_rows(self, optimizer, rule, grad, hyper, step) -> None:
         slots = get_slots(optimizer, self, rule.slots)
         handles = [s.handle for s in slots]
-        sparse_apply(self.handle, handles, grad.indices, grad.values, hyper, rule.kind, _name(self))
+        stride, offset = self._row_numbering
+        sparse_apply(
+            self.handle,
+            handles,
+            grad.indices,
+            grad.values,
+            hyper,
+            rule.kind,
+            _name(self),
+            step=step,
+            rounding_seed=self._rounding_seed,
+            row_stride=stride,
+            row_offset=offset,
+        )
         record_update(optimizer, self, grad.indices, step)
 
     def slot_variables(self, optimizer, rule) -> list:
@@ -292,14 +316,16 @@ class Variable(ResourceVariable, TableKind):
         total = int(selected.shape[0])
         for start in range(0, total, chunk_rows):
             idx = selected[start : start + chunk_rows]
-            parts = [self.sparse_read(idx)] + [s.sparse_read(idx) for s in slots]
+            # 16-bit values widen exactly to the float32 of their slots.
+            parts = [tf.cast(self.sparse_read(idx), row_dtype(self.dtype))]
+            parts += [s.sparse_read(idx) for s in slots]
             yield held[idx.numpy()], np.concatenate([p.numpy() for p in parts], axis=1)
 
     def checkpoint_restore(self, ids, rows, optimizer, step) -> None:
         # Every local row is given (checkpoint.load checks it), in local order.
         dim = int(self.shape[1])
         rows = rows[np.argsort(self.local_ids(ids, comm.current().num_ranks))]
-        self.assign(rows[:, :dim])
+        self.assign(tf.cast(rows[:, :dim], self.dtype))  # a float32 dump into 16 bits: rounds
         if optimizer is None:
             return
         rule = rule_for(optimizer)
@@ -308,7 +334,7 @@ class Variable(ResourceVariable, TableKind):
         # outside OptimizerScope reads those.
         held = keras_slots(optimizer, self, rule) or [None] * len(slot_vars)
         for i, (slot, keras_slot) in enumerate(zip(slot_vars, held)):
-            value = rows[:, dim * (i + 1) : dim * (i + 2)]
+            value = tf.cast(rows[:, dim * (i + 1) : dim * (i + 2)], slot.dtype)
             slot.assign(value)
             if keras_slot is not None:
                 keras_slot.assign(value)
@@ -350,13 +376,16 @@ class Variable(ResourceVariable, TableKind):
     def serving_copy(self) -> ServingTable:
         communicator = comm.current()
         local = self.numpy()
+        # 16-bit rows travel as float32 (exact both ways): collectives take fewer dtypes.
+        wide = tf.cast(local, row_dtype(self.dtype))
         if communicator.num_ranks == 1:
             full = local
         elif self._placement.kind == "localized":
-            full = communicator.broadcast(tf.constant(local), self._placement.rank).numpy()
+            broadcast = communicator.broadcast(wide, self._placement.rank)
+            full = tf.cast(broadcast, self.dtype).numpy()
         else:
             rows, dim = self.global_shape.as_list()
-            gathered = communicator.allgather(tf.constant(local)).numpy()
+            gathered = tf.cast(communicator.allgather(wide), self.dtype).numpy()
             ids = tf.concat(
                 [
                     _local_row_ids(self._placement, rows, r, communicator.num_ranks)

@@ -119,6 +119,19 @@ SOK_LITE_HOST_DEVICE inline double InitNormal(uint64_t seed, int64_t id, int64_t
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+// Stochastic rounding of bfloat16 tables (kernels/core/half_rows.h): the random bits of (row,
+// column) at an optimizer step are a function of (seed, step, global row, column) only, so any
+// rank count, thread count or device rounds a row alike. One mix per row, then one per four
+// columns (16 bits each).
+SOK_LITE_HOST_DEVICE inline uint64_t RoundingRowKey(uint64_t seed, int64_t step, int64_t row) {
+  return SplitMix64(SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(step)) ^
+                    static_cast<uint64_t>(row));
+}
+SOK_LITE_HOST_DEVICE inline uint32_t RoundingBits(uint64_t row_key, int64_t col) {
+  const uint64_t h = SplitMix64(row_key ^ (static_cast<uint64_t>(col) >> 2));
+  return static_cast<uint32_t>(h >> (16 * (col & 3))) & 0xffffu;
+}
+
 }  // namespace sok_lite
 #endif  // __cplusplus
 

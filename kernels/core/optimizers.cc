@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/core/half_rows.h"
 #include "kernels/core/prefetch.h"
 
 namespace sok_lite {
@@ -71,10 +72,12 @@ namespace {
 constexpr int kMaxSlots = 4;
 
 // The update of rows [i0, i1): locate(i, &w, slot_rows) points w at row i's values and
-// slot_rows[s] at its slot s (false: no row, skipped); prefetch(i) fetches them ahead.
-template <typename T, typename Locate, typename Prefetch>
+// slot_rows[s] at its slot s (false: no row, skipped); prefetch(i) fetches them ahead; finish(i)
+// runs after row i's update (a 16-bit table stores its widened row back there).
+template <typename T, typename Locate, typename Prefetch, typename Finish>
 void UpdateRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const T* grads,
-                int64_t i0, int64_t i1, const Locate& locate, const Prefetch& prefetch) {
+                int64_t i0, int64_t i1, const Locate& locate, const Prefetch& prefetch,
+                const Finish& finish) {
   const T lr = static_cast<T>(h.lr);
   const T wd = static_cast<T>(h.weight_decay);
   auto p = [&](size_t i) { return static_cast<T>(h.p[i]); };
@@ -205,8 +208,12 @@ void UpdateRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const 
         break;
       }
     }
+    finish(i);
   }
 }
+
+// No work after a row's update: rows stored in T are updated in place.
+constexpr auto kInPlace = [](int64_t) {};
 
 }  // namespace
 
@@ -225,7 +232,30 @@ void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const i
     PrefetchBytes<1>(var + off, dim * sizeof(T));
     for (T* slot : slots) PrefetchBytes<1>(slot + off, dim * sizeof(T));
   };
-  UpdateRows(kind, h, dim, grads, i0, i1, locate, prefetch);
+  UpdateRows(kind, h, dim, grads, i0, i1, locate, prefetch, kInPlace);
+}
+
+void ApplyHalfRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const int64_t* rows,
+                   const float* grads, int64_t i0, int64_t i1, uint16_t* var,
+                   const std::vector<float*>& slots, const HalfRounding& rounding) {
+  const int num_slots = static_cast<int>(slots.size());
+  std::vector<float> wide(dim);  // the row being updated, widened
+  const auto locate = [&](int64_t i, float** w, float** slot_rows) {
+    const int64_t off = rows[i] * dim;
+    WidenRow(rounding.format, var + off, dim, wide.data());
+    *w = wide.data();
+    for (int s = 0; s < std::min(num_slots, kMaxSlots); ++s) slot_rows[s] = slots[s] + off;
+    return true;
+  };
+  const auto prefetch = [&](int64_t i) {
+    const int64_t off = rows[i] * dim;
+    PrefetchBytes<1>(var + off, dim * sizeof(uint16_t));
+    for (float* slot : slots) PrefetchBytes<1>(slot + off, dim * sizeof(float));
+  };
+  const auto narrow = [&](int64_t i) {
+    NarrowRow(rounding, rows[i], wide.data(), dim, var + rows[i] * dim);
+  };
+  UpdateRows(kind, h, dim, grads, i0, i1, locate, prefetch, narrow);
 }
 
 template <typename T>
@@ -242,7 +272,7 @@ void ApplyRowRecords(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, i
   const auto prefetch = [&](int64_t i) {
     if (records[i] != nullptr) PrefetchBytes<1>(records[i], (1 + num_slots) * dim * sizeof(T));
   };
-  UpdateRows(kind, h, dim, grads, i0, i1, locate, prefetch);
+  UpdateRows(kind, h, dim, grads, i0, i1, locate, prefetch, kInPlace);
 }
 
 template void ApplyRows<float>(OptimizerKind, const OptimizerHyper&, int64_t, const int64_t*,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/core/cpu_gpu_rules.h"
+#include "kernels/core/half_rows.h"
 
 namespace sok_lite {
 
@@ -63,6 +64,13 @@ struct OptimizerHyper {
 template <typename T>
 void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const int64_t* rows,
                const T* grads, int64_t i0, int64_t i1, T* var, const std::vector<T*>& slots);
+
+// The same update for a table stored in 16 bits (var: bit patterns of rounding.format) with
+// float32 gradients and slots: each row is widened, updated in float32 and narrowed back as
+// `rounding` says.
+void ApplyHalfRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const int64_t* rows,
+                   const float* grads, int64_t i0, int64_t i1, uint16_t* var,
+                   const std::vector<float*>& slots, const HalfRounding& rounding);
 
 // The same update for rows stored as records (a hash table's): records[i] points to the row's
 // value, then each of its num_slots slots, dim values each; a null record is skipped. Records

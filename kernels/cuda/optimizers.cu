@@ -5,7 +5,9 @@
 // code does.
 // Build with -fmad=false to keep nvcc from fusing a * b + c, which the CPU build does not do.
 #include <cmath>
+#include <type_traits>
 
+#include "kernels/core/half_rows.h"
 #include "kernels/cuda/launch_config.cuh"
 #include "kernels/cuda/sok_lite_cuda.h"
 #include "kernels/cuda/vec.cuh"
@@ -121,6 +123,59 @@ __global__ void ApplyRowsKernel(Hyper h, int64_t dim, const int64_t* __restrict_
   }
 }
 
+// How a 16-bit table's updated values are narrowed (core HalfRounding).
+struct Narrowing {
+  HalfFormat format;
+  uint64_t seed;
+  int64_t step, row_stride, row_offset;
+};
+
+// One thread per value of a 16-bit table: widen, the float32 update of ApplyRowsKernel, narrow.
+template <int K>
+__global__ void ApplyHalfRowsKernel(Hyper h, int64_t dim, const int64_t* __restrict__ rows,
+                                    const float* __restrict__ grads, int64_t n, uint16_t* var,
+                                    Slots slots, Narrowing narrowing) {
+  const int64_t total = n * dim;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const bool has[3] = {slots.s[0] != nullptr, slots.s[1] != nullptr, slots.s[2] != nullptr};
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += stride) {
+    const int64_t i = t / dim, col = t % dim;
+    if (rows[i] < 0) continue;
+    const int64_t off = rows[i] * dim + col;
+    const float g = grads[t];
+    float w = HalfToFloat(narrowing.format, var[off]);
+    float s[3];
+#pragma unroll
+    for (int j = 0; j < 3; ++j) s[j] = has[j] ? slots.s[j][off] : 0.0f;
+    if (h.wd != 0.0f) w = w - w * h.wd * h.lr;
+    Update<K>(h, g, w, s[0], s[1], s[2], has[1], has[2]);
+    if (narrowing.format == HalfFormat::kFloat16) {
+      var[off] = FloatToFloat16Nearest(w);
+    } else {
+      const int64_t global_row = rows[i] * narrowing.row_stride + narrowing.row_offset;
+      const uint64_t key = RoundingRowKey(narrowing.seed, narrowing.step, global_row);
+      var[off] = FloatToBfloat16Stochastic(w, RoundingBits(key, col));
+    }
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {
+      if (has[j]) slots.s[j][off] = s[j];
+    }
+  }
+}
+
+template <int K>
+cudaError_t LaunchHalf(const Hyper& h, int64_t dim, const int64_t* rows, const float* grads,
+                       int64_t n, uint16_t* var, const Slots& slots, const Narrowing& narrowing,
+                       cudaStream_t stream) {
+  int grid = 0;
+  cudaError_t err = GridFor(ApplyHalfRowsKernel<K>, n * dim, &grid);
+  if (err != cudaSuccess) return err;
+  ApplyHalfRowsKernel<K>
+      <<<grid, kBlockThreads, 0, stream>>>(h, dim, rows, grads, n, var, slots, narrowing);
+  return cudaGetLastError();
+}
+
 template <int K, int W>
 cudaError_t Launch(const Hyper& h, int64_t dim, const int64_t* rows, const float* grads, int64_t n,
                    float* var, const Slots& slots, cudaStream_t stream) {
@@ -182,51 +237,97 @@ Hyper MakeHyper(int kind, double learning_rate, double weight_decay, const doubl
 }  // namespace cuda
 }  // namespace sok_lite
 
+namespace sok_lite {
+namespace cuda {
+namespace {
+
+// The checks and slot positions shared by both launchers; false for bad arguments.
+bool PrepareApply(int kind, const double* params, int num_params, int64_t dim, int64_t n,
+                  float* const* slots, int num_slots, Slots* s) {
+  const int needed = NumParams(kind);
+  if (needed < 0 || num_params < needed || (needed > 0 && !params)) return false;
+  if (num_slots != NumSlots(kind, params) || (num_slots > 0 && !slots)) return false;
+  if (dim <= 0 || n < 0) return false;
+  *s = {{nullptr, nullptr, nullptr}};
+  for (int j = 0; j < num_slots; ++j) {
+    if (!slots[j]) return false;
+    s->s[j] = slots[j];
+  }
+  if (kind == SOK_LITE_CUDA_RMSPROP) {
+    // Caller order: velocity [, momentum][, average_grad]; kernel positions are fixed.
+    const bool momentum = params[1] > 0, centered = params[3] != 0;
+    *s = {{slots[0], momentum ? slots[1] : nullptr, centered ? slots[momentum ? 2 : 1] : nullptr}};
+  }
+  return true;
+}
+
+// Calls launch(std::integral_constant<int, K>{}) for the optimizer code `kind`.
+template <typename Fn>
+cudaError_t ForKind(int kind, Fn&& launch) {
+  switch (kind) {
+    case SOK_LITE_CUDA_SGD:
+      return launch(std::integral_constant<int, SOK_LITE_CUDA_SGD>{});
+    case SOK_LITE_CUDA_MOMENTUM:
+      return launch(std::integral_constant<int, SOK_LITE_CUDA_MOMENTUM>{});
+    case SOK_LITE_CUDA_NESTEROV:
+      return launch(std::integral_constant<int, SOK_LITE_CUDA_NESTEROV>{});
+    case SOK_LITE_CUDA_ADAM:
+      return launch(std::integral_constant<int, SOK_LITE_CUDA_ADAM>{});
+    case SOK_LITE_CUDA_AMSGRAD:
+      return launch(std::integral_constant<int, SOK_LITE_CUDA_AMSGRAD>{});
+    case SOK_LITE_CUDA_ADAGRAD:
+      return launch(std::integral_constant<int, SOK_LITE_CUDA_ADAGRAD>{});
+    case SOK_LITE_CUDA_RMSPROP:
+      return launch(std::integral_constant<int, SOK_LITE_CUDA_RMSPROP>{});
+    case SOK_LITE_CUDA_FTRL:
+      return launch(std::integral_constant<int, SOK_LITE_CUDA_FTRL>{});
+    case SOK_LITE_CUDA_ADAMAX:
+      return launch(std::integral_constant<int, SOK_LITE_CUDA_ADAMAX>{});
+    case SOK_LITE_CUDA_ADADELTA:
+      return launch(std::integral_constant<int, SOK_LITE_CUDA_ADADELTA>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace sok_lite
+
 extern "C" cudaError_t sok_lite_cuda_apply_rows(int kind, double learning_rate, double weight_decay,
                                                 const double* params, int num_params, int64_t dim,
                                                 const int64_t* rows, const float* grads, int64_t n,
                                                 float* var, float* const* slots, int num_slots,
                                                 cudaStream_t stream) {
   using namespace sok_lite::cuda;
-  const int needed = NumParams(kind);
-  if (needed < 0 || num_params < needed || (needed > 0 && !params)) return cudaErrorInvalidValue;
-  if (num_slots != NumSlots(kind, params) || (num_slots > 0 && !slots))
+  Slots s;
+  if (!PrepareApply(kind, params, num_params, dim, n, slots, num_slots, &s)) {
     return cudaErrorInvalidValue;
-  if (dim <= 0 || n < 0) return cudaErrorInvalidValue;
+  }
   if (n == 0) return cudaSuccess;
   if (!rows || !grads || !var) return cudaErrorInvalidValue;
-  Slots s = {{nullptr, nullptr, nullptr}};
-  for (int j = 0; j < num_slots; ++j) {
-    if (!slots[j]) return cudaErrorInvalidValue;
-    s.s[j] = slots[j];
-  }
-  if (kind == SOK_LITE_CUDA_RMSPROP) {
-    // Caller order: velocity [, momentum][, average_grad]; kernel positions are fixed.
-    const bool momentum = params[1] > 0, centered = params[3] != 0;
-    s = {{slots[0], momentum ? slots[1] : nullptr, centered ? slots[momentum ? 2 : 1] : nullptr}};
-  }
   const Hyper h = MakeHyper(kind, learning_rate, weight_decay, params, num_params);
-  switch (kind) {
-    case SOK_LITE_CUDA_SGD:
-      return LaunchKind<SOK_LITE_CUDA_SGD>(h, dim, rows, grads, n, var, s, stream);
-    case SOK_LITE_CUDA_MOMENTUM:
-      return LaunchKind<SOK_LITE_CUDA_MOMENTUM>(h, dim, rows, grads, n, var, s, stream);
-    case SOK_LITE_CUDA_NESTEROV:
-      return LaunchKind<SOK_LITE_CUDA_NESTEROV>(h, dim, rows, grads, n, var, s, stream);
-    case SOK_LITE_CUDA_ADAM:
-      return LaunchKind<SOK_LITE_CUDA_ADAM>(h, dim, rows, grads, n, var, s, stream);
-    case SOK_LITE_CUDA_AMSGRAD:
-      return LaunchKind<SOK_LITE_CUDA_AMSGRAD>(h, dim, rows, grads, n, var, s, stream);
-    case SOK_LITE_CUDA_ADAGRAD:
-      return LaunchKind<SOK_LITE_CUDA_ADAGRAD>(h, dim, rows, grads, n, var, s, stream);
-    case SOK_LITE_CUDA_RMSPROP:
-      return LaunchKind<SOK_LITE_CUDA_RMSPROP>(h, dim, rows, grads, n, var, s, stream);
-    case SOK_LITE_CUDA_FTRL:
-      return LaunchKind<SOK_LITE_CUDA_FTRL>(h, dim, rows, grads, n, var, s, stream);
-    case SOK_LITE_CUDA_ADAMAX:
-      return LaunchKind<SOK_LITE_CUDA_ADAMAX>(h, dim, rows, grads, n, var, s, stream);
-    case SOK_LITE_CUDA_ADADELTA:
-      return LaunchKind<SOK_LITE_CUDA_ADADELTA>(h, dim, rows, grads, n, var, s, stream);
+  return ForKind(kind, [&](auto k) {
+    return LaunchKind<decltype(k)::value>(h, dim, rows, grads, n, var, s, stream);
+  });
+}
+
+extern "C" cudaError_t sok_lite_cuda_apply_half_rows(
+    int kind, double learning_rate, double weight_decay, const double* params, int num_params,
+    int64_t dim, const int64_t* rows, const float* grads, int64_t n, uint16_t* var,
+    float* const* slots, int num_slots, int format, uint64_t seed, int64_t step, int64_t row_stride,
+    int64_t row_offset, cudaStream_t stream) {
+  using namespace sok_lite::cuda;
+  Slots s;
+  if (!PrepareApply(kind, params, num_params, dim, n, slots, num_slots, &s)) {
+    return cudaErrorInvalidValue;
   }
-  return cudaErrorInvalidValue;
+  if (format < 0 || format > 1) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (!rows || !grads || !var) return cudaErrorInvalidValue;
+  const Hyper h = MakeHyper(kind, learning_rate, weight_decay, params, num_params);
+  const Narrowing narrowing = {static_cast<sok_lite::HalfFormat>(format), seed, step, row_stride,
+                               row_offset};
+  return ForKind(kind, [&](auto k) {
+    return LaunchHalf<decltype(k)::value>(h, dim, rows, grads, n, var, s, narrowing, stream);
+  });
 }

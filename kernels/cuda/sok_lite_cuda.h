@@ -80,6 +80,25 @@ cudaError_t sok_lite_cuda_apply_rows(int kind, double learning_rate, double weig
                                      const int64_t* rows, const float* grads, int64_t n, float* var,
                                      float* const* slots, int num_slots, cudaStream_t stream);
 
+// 16-bit tables (kernels/core/half_rows.h): `format` 0 is bfloat16, 1 float16; rows are uint16_t
+// bit patterns.
+// out[i, :] = table[indices[i], :] widened to float32, for i in [0, n).
+cudaError_t sok_lite_cuda_gather_half_rows(const uint16_t* table, int format, int64_t dim,
+                                           const int64_t* indices, int64_t n, float* out,
+                                           cudaStream_t stream);
+
+// sok_lite_cuda_apply_rows for a 16-bit var with float32 slots: each value is widened, updated
+// in float32 and narrowed back as core ApplyHalfRows does (bfloat16 stochastically, with the
+// bits of RoundingBits for (seed, step, rows[i] * row_stride + row_offset, column); float16 to
+// nearest even).
+cudaError_t sok_lite_cuda_apply_half_rows(int kind, double learning_rate, double weight_decay,
+                                          const double* params, int num_params, int64_t dim,
+                                          const int64_t* rows, const float* grads, int64_t n,
+                                          uint16_t* var, float* const* slots, int num_slots,
+                                          int format, uint64_t seed, int64_t step,
+                                          int64_t row_stride, int64_t row_offset,
+                                          cudaStream_t stream);
+
 // ---------------------------------------------------------------------------------------------
 // Ids: checks, deduplication, partition by owner.
 

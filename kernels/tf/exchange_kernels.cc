@@ -12,6 +12,7 @@
 #include "kernels/core/unique.h"
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/dynamic_table.h"
+#include "kernels/tf/table_dtype.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
 namespace sok_lite {
@@ -107,45 +108,62 @@ absl::Status AnswerFromHashTable(OpKernelContext* ctx, const PeerTables& tables,
   }
 }
 
+// Static table t's requested rows (read in place; the caller holds its shared lock), converted
+// from the table's storage type to T. Stops at the first request out of range (*bad).
+template <typename Stored, typename T>
+void AnswerFromVariable(OpKernelContext* ctx, const PeerTables& tables, int t,
+                        const int64_t* message, const ParsedIds& parsed,
+                        const std::vector<int64_t>& offsets, int64_t num_ranks, T* out,
+                        BadRowRequest* bad) {
+  const int num_tables = tables.dims.size();
+  const tensorflow::Tensor& table = *tables.vars[t]->tensor();
+  const int64_t rows = table.dim_size(0), dim = tables.dims[t];
+  const Stored* src = table.flat<Stored>().data();
+  for (int64_t r = 0; r < num_ranks; ++r) {
+    const int64_t seg = r * num_tables + t;
+    const int64_t* ids = message + parsed.begin[seg];
+    for (int64_t j = 0; j < parsed.count[seg]; ++j) {
+      if (ids[j] < 0 || ids[j] >= rows) {
+        *bad = {t, r, ids[j], rows};
+        return;
+      }
+    }
+    T* dst = out + offsets[seg];
+    ParallelFor(ctx, parsed.count[seg], 4 * dim, [&](int64_t j0, int64_t j1) {
+      for (int64_t j = j0; j < j1; ++j) {
+        if (j + kPrefetchDistance < j1) {
+          PrefetchBytes<0>(src + ids[j + kPrefetchDistance] * dim, dim * sizeof(Stored));
+        }
+        ReadRow(src + ids[j] * dim, dim, dst + j * dim);
+      }
+    });
+  }
+}
+
 }  // namespace
 
-// Tables are answered in order; a static one is read in place under its shared lock.
+// Tables are answered in order; a static one is read in place under its shared lock (a 16-bit
+// one widened to the float32 message: the vectors exchanged are float32 whatever the storage).
 template <>
 template <typename T>
 absl::Status GatherForPeersFunctor<CPUDevice>::Compute(
     OpKernelContext* ctx, const PeerTables& tables, const int64_t* message, const ParsedIds& parsed,
     const std::vector<int64_t>& offsets, int64_t num_ranks, T* out, BadRowRequest* bad) {
   const int num_tables = tables.dims.size();
-  for (int t = 0; t < num_tables; ++t) {
+  for (int t = 0; t < num_tables && bad->table < 0; ++t) {
     if (tables.dynamic[t]) {
       TF_RETURN_IF_ERROR(
           AnswerFromHashTable<T>(ctx, tables, t, message, parsed, offsets, num_ranks, out));
       continue;
     }
     tensorflow::tf_shared_lock lock(*tables.vars[t]->mu());
-    TF_RETURN_IF_ERROR(CheckPeerTable<T>(tables, t));
-    const tensorflow::Tensor& table = *tables.vars[t]->tensor();
-    const int64_t rows = table.dim_size(0), dim = tables.dims[t];
-    const T* src = table.flat<T>().data();
-    for (int64_t r = 0; r < num_ranks; ++r) {
-      const int64_t seg = r * num_tables + t;
-      const int64_t* ids = message + parsed.begin[seg];
-      for (int64_t j = 0; j < parsed.count[seg]; ++j) {
-        if (ids[j] < 0 || ids[j] >= rows) {
-          *bad = {t, r, ids[j], rows};
+    TF_RETURN_IF_ERROR(ForTableType<CPUDevice, T>(
+        tables.vars[t]->tensor()->dtype(), tables.Label(t), [&](auto stored) -> absl::Status {
+          using Stored = typename decltype(stored)::type;
+          TF_RETURN_IF_ERROR(CheckPeerTable<Stored>(tables, t));
+          AnswerFromVariable<Stored>(ctx, tables, t, message, parsed, offsets, num_ranks, out, bad);
           return absl::OkStatus();
-        }
-      }
-      T* dst = out + offsets[seg];
-      ParallelFor(ctx, parsed.count[seg], 4 * dim, [&](int64_t j0, int64_t j1) {
-        for (int64_t j = j0; j < j1; ++j) {
-          if (j + kPrefetchDistance < j1) {
-            PrefetchBytes<0>(src + ids[j + kPrefetchDistance] * dim, dim * sizeof(T));
-          }
-          std::copy(src + ids[j] * dim, src + (ids[j] + 1) * dim, dst + j * dim);
-        }
-      });
-    }
+        }));
   }
   return absl::OkStatus();
 }

@@ -120,6 +120,8 @@ Answers received id messages: reads the requested local rows of N variables in p
 flattens them in message order. vector_splits: elements answered to each rank. dims: the
 variables' row widths (checked; the gradient needs them statically). dynamic: per table, whether
 the handle is a hash table (rows found or created by key) rather than a resource variable.
+dtype: the message's dtype; with float, variables may also hold bfloat16 or float16 rows, which
+are widened to float32 as they are copied.
 )doc");
 
 REGISTER_OP("SokLiteUnpackRows")

@@ -12,6 +12,7 @@
 #include "kernels/core/unique.h"
 #include "kernels/core/validate.h"
 #include "kernels/tf/cpu_parallel.h"
+#include "kernels/tf/table_dtype.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
 namespace sok_lite {
@@ -78,16 +79,16 @@ absl::Status GatherIndexCheck<CPUDevice>::Run(OpKernelContext* ctx, const int64_
   return absl::OkStatus();
 }
 
-template <typename T>
-struct GatherRowsFunctor<CPUDevice, T> {
-  static absl::Status Compute(OpKernelContext* ctx, const T* src, int64_t dim,
+template <typename T, typename Stored>
+struct GatherRowsFunctor<CPUDevice, T, Stored> {
+  static absl::Status Compute(OpKernelContext* ctx, const Stored* src, int64_t dim,
                               const int64_t* indices, int64_t u, T* dst) {
     ParallelFor(ctx, u, 4 * dim, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         if (i + kPrefetchDistance < i1) {
-          PrefetchBytes<0>(src + indices[i + kPrefetchDistance] * dim, dim * sizeof(T));
+          PrefetchBytes<0>(src + indices[i + kPrefetchDistance] * dim, dim * sizeof(Stored));
         }
-        std::copy(src + indices[i] * dim, src + (indices[i] + 1) * dim, dst + i * dim);
+        ReadRow(src + indices[i] * dim, dim, dst + i * dim);
       }
     });
     return absl::OkStatus();

@@ -15,6 +15,7 @@
 #include "kernels/tf/input_checks.h"
 #include "kernels/tf/kernel_args.h"
 #include "kernels/tf/table_memory.h"
+#include "kernels/tf/table_dtype.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -52,10 +53,11 @@ struct GatherIndexCheck {
                           int64_t num_rows, bool* found, int64_t* value);
 };
 
-// rows[i, :] = table[indices[i], :] for i < u (indices checked).
-template <typename Device, typename T>
+// rows[i, :] = table[indices[i], :] for i < u (indices checked), converted from the table's
+// storage type (a 16-bit table's rows are widened to float32).
+template <typename Device, typename T, typename Stored = T>
 struct GatherRowsFunctor {
-  static absl::Status Compute(tensorflow::OpKernelContext* ctx, const T* table, int64_t dim,
+  static absl::Status Compute(tensorflow::OpKernelContext* ctx, const Stored* table, int64_t dim,
                               const int64_t* indices, int64_t u, T* rows);
 };
 
@@ -172,6 +174,7 @@ class UniqueIdsOp : public tensorflow::OpKernel {
   UniqueIdsArgs args_;
 };
 
+// Rows of T from tables of T, or (T = float) from 16-bit tables, widened as they are read.
 template <typename Device, typename T>
 class GatherRowsOp : public tensorflow::OpKernel {
  public:
@@ -194,27 +197,40 @@ class GatherRowsOp : public tensorflow::OpKernel {
       // table, and the variable is not switched to copy-on-read mode. Later writers on the GPU
       // run on the same stream.
       tensorflow::tf_shared_lock lock(*var->mu());
-      OP_REQUIRES_OK(ctx, CheckTable<T>(var.get(), label));
-      const tensorflow::Tensor& table = *var->tensor();
-      const int64_t num_rows = table.dim_size(0), dim = table.dim_size(1);
-      const int64_t u = indices[t].NumElements();
-      const int64_t* idx = indices[t].flat<int64_t>().data();
-      bool found = false;
-      int64_t bad = 0;
-      OP_REQUIRES_OK(ctx, GatherIndexCheck<Device>::Run(ctx, idx, u, num_rows, &found, &bad));
-      OP_REQUIRES(ctx, !found,
-                  tensorflow::errors::InvalidArgument(label, ": row ", bad, " is out of range [0, ",
-                                                      num_rows, ")"));
-      tensorflow::Tensor* rows = nullptr;
-      OP_REQUIRES_OK(ctx, rows_out.allocate(t, tensorflow::TensorShape({u, dim}), &rows));
-      if (u == 0 || dim == 0) continue;
-      TableMemory<Device>::PrepareRandomRows(table);
-      OP_REQUIRES_OK(ctx, (GatherRowsFunctor<Device, T>::Compute(ctx, table.flat<T>().data(), dim,
-                                                                 idx, u, rows->flat<T>().data())));
+      OP_REQUIRES_OK(
+          ctx,
+          ForTableType<Device, T>(var->tensor()->dtype(), label, [&](auto stored) -> absl::Status {
+            using Stored = typename decltype(stored)::type;
+            return Gather<Stored>(ctx, var.get(), indices[t], label, t, &rows_out);
+          }));
     }
   }
 
  private:
+  template <typename Stored>
+  static absl::Status Gather(tensorflow::OpKernelContext* ctx, tensorflow::Var* var,
+                             const tensorflow::Tensor& indices, const std::string& label, int t,
+                             tensorflow::OpOutputList* rows_out) {
+    TF_RETURN_IF_ERROR(CheckTable<Stored>(var, label));
+    const tensorflow::Tensor& table = *var->tensor();
+    const int64_t num_rows = table.dim_size(0), dim = table.dim_size(1);
+    const int64_t u = indices.NumElements();
+    const int64_t* idx = indices.flat<int64_t>().data();
+    bool found = false;
+    int64_t bad = 0;
+    TF_RETURN_IF_ERROR(GatherIndexCheck<Device>::Run(ctx, idx, u, num_rows, &found, &bad));
+    if (found) {
+      return tensorflow::errors::InvalidArgument(label, ": row ", bad, " is out of range [0, ",
+                                                 num_rows, ")");
+    }
+    tensorflow::Tensor* rows = nullptr;
+    TF_RETURN_IF_ERROR(rows_out->allocate(t, tensorflow::TensorShape({u, dim}), &rows));
+    if (u == 0 || dim == 0) return absl::OkStatus();
+    TableMemory<Device>::PrepareRandomRows(table);
+    return GatherRowsFunctor<Device, T, Stored>::Compute(ctx, table.flat<Stored>().data(), dim, idx,
+                                                         u, rows->flat<T>().data());
+  }
+
   std::vector<std::string> names_;
 };
 

@@ -182,6 +182,9 @@ REGISTER_OP("SokLiteGatherRows")
     .SetShapeFn(GatherRowsShape)
     .Doc(R"doc(
 Reads rows of N resource variables in place, under each variable's lock (no copy of the table).
+
+dtype: the dtype of the rows read. The variables hold dtype, or for float also bfloat16 or
+  float16 (16-bit tables), whose rows are widened to float32 as they are copied.
 )doc");
 
 REGISTER_OP("SokLiteSegmentCombine")

@@ -54,6 +54,16 @@ class SparseApplyFunctor<CPUDevice, T> {
     return absl::OkStatus();
   }
 
+  absl::Status ApplyHalf(tensorflow::OpKernelContext* ctx, OptimizerKind kind,
+                         const OptimizerHyper& hyper, int64_t dim, uint16_t* w,
+                         const std::vector<T*>& slots, const HalfRounding& rounding) {
+    // Instantiated for T = float only: ForTableType gives no 16-bit table to other row types.
+    ParallelFor(ctx, rows_.size(), 24 * dim + 10, [&](int64_t i0, int64_t i1) {
+      ApplyHalfRows(kind, hyper, dim, rows_.data(), g_, i0, i1, w, slots, rounding);
+    });
+    return absl::OkStatus();
+  }
+
  private:
   std::vector<int64_t> rows_;
   std::vector<T> summed_;

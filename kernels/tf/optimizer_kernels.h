@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/core/optimizers.h"
@@ -16,6 +17,7 @@
 #include "kernels/tf/input_checks.h"
 #include "kernels/tf/optimizer_args.h"
 #include "kernels/tf/table_memory.h"
+#include "kernels/tf/table_dtype.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -31,7 +33,9 @@ namespace sok_lite {
 //     row is outside [0, num_rows) and the first such row in first-occurrence order;
 //   static absl::Status CopyBuffer(ctx, from, &to): copies a variable's buffer on the device;
 //   absl::Status Apply(ctx, kind, hyper, dim, var, slots): the update of every distinct row
-//     of var and its slots (device pointers), with the gradients of repeated rows summed.
+//     of var and its slots (device pointers), with the gradients of repeated rows summed;
+//   absl::Status ApplyHalf(ctx, kind, hyper, dim, var, slots, rounding): the same for a table
+//     stored in 16 bits (var: uint16_t bit patterns; T = float).
 // kMaxIndices bounds the number of indices the device's launchers take.
 template <typename Device, typename T>
 class SparseApplyFunctor;
@@ -59,19 +63,26 @@ class SparseApplyOp : public tensorflow::OpKernel {
   explicit SparseApplyOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ReadOptimizerKind(ctx, &kind_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("var_name", &name_));
+    int64_t seed = 0;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rounding_seed", &seed));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("row_stride", &rounding_.row_stride));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("row_offset", &rounding_.row_offset));
+    rounding_.seed = static_cast<uint64_t>(seed);
   }
 
   void Compute(tensorflow::OpKernelContext* ctx) override {
     namespace errors = ::tensorflow::errors;
     using ::tensorflow::Tensor;
     using ::tensorflow::Var;
-    const int num_slots = num_inputs() - 4;
+    const int num_slots = num_inputs() - 5;
     const Tensor& indices = ctx->input(num_slots + 1);
     const Tensor& grads = ctx->input(num_slots + 2);
     const Tensor& hyper_t = ctx->input(num_slots + 3);  // host memory on either device
     const std::string label = "variable '" + name_ + "'";
     OptimizerHyper hyper;
     OP_REQUIRES_OK(ctx, ReadOptimizerHyper(hyper_t, kind_, num_slots, label, &hyper));
+    int64_t step = 0;
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, num_slots + 4, &step));  // host memory
     OP_REQUIRES_OK(ctx, RankInput(ctx, num_slots + 2, 2));
     const int64_t n = indices.NumElements();
     const int64_t dim = grads.dim_size(1);
@@ -95,7 +106,11 @@ class SparseApplyOp : public tensorflow::OpKernel {
     std::vector<std::unique_ptr<tensorflow::mutex_lock>> locks;
     for (Var* v : order) locks.push_back(std::make_unique<tensorflow::mutex_lock>(*v->mu()));
 
-    OP_REQUIRES_OK(ctx, CheckTable<T>(vars[0].get(), label));
+    OP_REQUIRES_OK(ctx, ForTableType<Device, T>(vars[0]->tensor()->dtype(), label,
+                                                [&](auto stored) -> absl::Status {
+                                                  using Stored = typename decltype(stored)::type;
+                                                  return CheckTable<Stored>(vars[0].get(), label);
+                                                }));
     const tensorflow::TensorShape shape = vars[0]->tensor()->shape();
     OP_REQUIRES(ctx, shape.dim_size(1) == dim,
                 errors::InvalidArgument(label, ": gradient rows have ", dim, " columns, the ",
@@ -119,13 +134,26 @@ class SparseApplyOp : public tensorflow::OpKernel {
 
     std::vector<T*> slots;
     for (int i = 1; i <= num_slots; ++i) slots.push_back(vars[i]->tensor()->flat<T>().data());
-    OP_REQUIRES_OK(ctx,
-                   rows.Apply(ctx, kind_, hyper, dim, vars[0]->tensor()->flat<T>().data(), slots));
+    Tensor* table = vars[0]->tensor();
+    OP_REQUIRES_OK(
+        ctx, ForTableType<Device, T>(table->dtype(), label, [&](auto stored) -> absl::Status {
+          using Stored = typename decltype(stored)::type;
+          if constexpr (std::is_same_v<Stored, T>) {
+            return rows.Apply(ctx, kind_, hyper, dim, table->flat<T>().data(), slots);
+          } else {
+            HalfRounding rounding = rounding_;
+            rounding.format = HalfStorage<Stored>::kFormat;
+            rounding.step = step;
+            return rows.ApplyHalf(ctx, kind_, hyper, dim, HalfBits(table->flat<Stored>().data()),
+                                  slots, rounding);
+          }
+        }));
   }
 
  private:
   OptimizerKind kind_;
   std::string name_;
+  HalfRounding rounding_;  // seed and row numbering; the format and step come per call
 };
 
 }  // namespace sok_lite

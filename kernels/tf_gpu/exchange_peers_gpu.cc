@@ -1,14 +1,17 @@
 // GPU functors of the owner side of the exchange (kernels in kernels/tf/exchange_kernels.h):
 // SokLiteGatherForPeers answers a received id message from local static tables and device hash
 // tables, and SokLiteReduceForOwner (its gradient) sums what the peers sent back per local row.
-// Float32 only; the id message stays on the device, its split sizes are in host memory.
+// Float32 messages (16-bit tables widened as they are read); the id message stays on the device,
+// its split sizes are in host memory.
 #include <algorithm>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/core/exchange.h"
 #include "kernels/cuda/sok_lite_cuda.h"
 #include "kernels/tf/exchange_kernels.h"
+#include "kernels/tf/table_dtype.h"
 #include "kernels/tf_gpu/dynamic_peers_gpu.h"
 #include "kernels/tf_gpu/gpu_util.h"
 #include "kernels/tf_gpu/id_message.h"
@@ -49,7 +52,10 @@ absl::Status GatherForPeersFunctor<GPUDevice>::Compute<float>(
   std::vector<int64_t> begin, count, limit;  // segments (t, r) of the tables that passed
   for (int t = 0; t < num_tables; ++t) {
     if (tables.dynamic[t]) continue;
-    table_status[t] = CheckPeerTable<float>(tables, t);
+    table_status[t] = ForTableType<GPUDevice, float>(
+        tables.vars[t]->tensor()->dtype(), tables.Label(t), [&](auto stored) -> absl::Status {
+          return CheckPeerTable<typename decltype(stored)::type>(tables, t);
+        });
     if (!table_status[t].ok()) continue;
     for (int64_t r = 0; r < num_ranks; ++r) {
       begin.push_back(parsed.begin[r * num_tables + t]);
@@ -74,13 +80,27 @@ absl::Status GatherForPeersFunctor<GPUDevice>::Compute<float>(
   }
   for (int t = 0; t < num_tables; ++t) {
     if (tables.dynamic[t]) continue;
-    const float* table = tables.vars[t]->tensor()->flat<float>().data();
+    const Tensor& table = *tables.vars[t]->tensor();
     for (int64_t r = 0; r < num_ranks && tables.dims[t] > 0; ++r) {
       const int64_t seg = r * num_tables + t;
-      TF_RETURN_IF_ERROR(CudaStatus(
-          sok_lite_cuda_gather_rows(table, tables.dims[t], ids + parsed.begin[seg],
-                                    parsed.count[seg], out + offsets[seg], OpStream(ctx)),
-          "gather_rows"));
+      const int64_t* seg_ids = ids + parsed.begin[seg];
+      float* seg_out = out + offsets[seg];
+      // A 16-bit table's rows are widened into the float32 message.
+      TF_RETURN_IF_ERROR(ForTableType<GPUDevice, float>(
+          table.dtype(), tables.Label(t), [&](auto stored) -> absl::Status {
+            using Stored = typename decltype(stored)::type;
+            const Stored* src = table.flat<Stored>().data();
+            cudaError_t err;
+            if constexpr (std::is_same_v<Stored, float>) {
+              err = sok_lite_cuda_gather_rows(src, tables.dims[t], seg_ids, parsed.count[seg],
+                                              seg_out, OpStream(ctx));
+            } else {
+              err = sok_lite_cuda_gather_half_rows(
+                  HalfBits(src), static_cast<int>(HalfStorage<Stored>::kFormat), tables.dims[t],
+                  seg_ids, parsed.count[seg], seg_out, OpStream(ctx));
+            }
+            return CudaStatus(err, "gather_rows");
+          }));
     }
   }
   locks.clear();  // the static reads are queued

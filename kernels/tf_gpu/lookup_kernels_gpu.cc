@@ -1,4 +1,5 @@
-// GPU functors of the lookup family's kernels (kernels/tf/lookup_kernels.h), float32 only. Each
+// GPU functors of the lookup family's kernels (kernels/tf/lookup_kernels.h): float32 rows, read
+// from float32 or 16-bit tables. Each
 // op launches the kernels/cuda launchers on the op's stream and waits once, for a small copy of
 // its device-side checks (and, for the unique ids, their count); only a failed check copies more,
 // to name the offending value as the CPU kernel does.
@@ -143,6 +144,18 @@ struct GatherRowsFunctor<GPUDevice, float> {
                               const int64_t* indices, int64_t u, float* rows) {
     return CudaStatus(sok_lite_cuda_gather_rows(table, dim, indices, u, rows, OpStream(ctx)),
                       "gather_rows");
+  }
+};
+
+// 16-bit tables (kernels/tf/table_dtype.h): rows widened to float32 as they are read.
+template <typename Stored>
+struct GatherRowsFunctor<GPUDevice, float, Stored> {
+  static absl::Status Compute(OpKernelContext* ctx, const Stored* table, int64_t dim,
+                              const int64_t* indices, int64_t u, float* rows) {
+    const int format = static_cast<int>(HalfStorage<Stored>::kFormat);
+    return CudaStatus(sok_lite_cuda_gather_half_rows(HalfBits(table), format, dim, indices, u, rows,
+                                                     OpStream(ctx)),
+                      "gather_half_rows");
   }
 };
 

@@ -1,6 +1,7 @@
 // GPU functor and kernel registration of SokLiteSparseApply (kernel class in
-// kernels/tf/optimizer_kernels.h), float32 only: the indices are deduplicated on the device,
-// checked under the variables' locks with one wait, and the gradients of repeated rows summed.
+// kernels/tf/optimizer_kernels.h), float32 gradients and slots (tables float32 or 16-bit): the
+// indices are deduplicated on the device, checked under the variables' locks with one wait, and the
+// gradients of repeated rows summed.
 #include <cstdint>
 #include <vector>
 
@@ -70,18 +71,9 @@ class SparseApplyFunctor<GPUDevice, float> {
                      int64_t dim, float* w, const std::vector<float*>& slots) {
     if (u_ == 0 || dim == 0) return absl::OkStatus();
     cudaStream_t stream = OpStream(ctx);
-    const float* g = grads_;
     Tensor summed_t;
-    if (u_ < n_) {
-      float* summed = nullptr;
-      TF_RETURN_IF_ERROR(DeviceTemp<float>(ctx, u_ * dim, &summed_t, &summed));
-      TF_RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(summed, 0, u_ * dim * sizeof(float), stream),
-                                    "zero gradients"));
-      TF_RETURN_IF_ERROR(
-          CudaStatus(sok_lite_cuda_scatter_add_rows(grads_, dim, inverse_, n_, summed, stream),
-                     "scatter_add_rows"));
-      g = summed;
-    }
+    const float* g = nullptr;
+    TF_RETURN_IF_ERROR(SummedGradients(ctx, dim, &summed_t, &g));
     return CudaStatus(
         sok_lite_cuda_apply_rows(static_cast<int>(kind), hyper.lr, hyper.weight_decay,
                                  hyper.p.data(), static_cast<int>(hyper.p.size()), dim, rows_, g,
@@ -89,7 +81,42 @@ class SparseApplyFunctor<GPUDevice, float> {
         "apply_rows");
   }
 
+  // A 16-bit table (kernels/tf/table_dtype.h): float32 math and slots, rows rounded back.
+  absl::Status ApplyHalf(OpKernelContext* ctx, OptimizerKind kind, const OptimizerHyper& hyper,
+                         int64_t dim, uint16_t* w, const std::vector<float*>& slots,
+                         const HalfRounding& rounding) {
+    if (u_ == 0 || dim == 0) return absl::OkStatus();
+    Tensor summed_t;
+    const float* g = nullptr;
+    TF_RETURN_IF_ERROR(SummedGradients(ctx, dim, &summed_t, &g));
+    return CudaStatus(
+        sok_lite_cuda_apply_half_rows(
+            static_cast<int>(kind), hyper.lr, hyper.weight_decay, hyper.p.data(),
+            static_cast<int>(hyper.p.size()), dim, rows_, g, u_, w, slots.data(),
+            static_cast<int>(slots.size()), static_cast<int>(rounding.format), rounding.seed,
+            rounding.step, rounding.row_stride, rounding.row_offset, OpStream(ctx)),
+        "apply_half_rows");
+  }
+
  private:
+  // *g = the gradient of each distinct row: grads itself, or (repeated rows) their sums in
+  // *summed_t.
+  absl::Status SummedGradients(OpKernelContext* ctx, int64_t dim, Tensor* summed_t,
+                               const float** g) {
+    *g = grads_;
+    if (u_ == n_) return absl::OkStatus();
+    cudaStream_t stream = OpStream(ctx);
+    float* summed = nullptr;
+    TF_RETURN_IF_ERROR(DeviceTemp<float>(ctx, u_ * dim, summed_t, &summed));
+    TF_RETURN_IF_ERROR(
+        CudaStatus(cudaMemsetAsync(summed, 0, u_ * dim * sizeof(float), stream), "zero gradients"));
+    TF_RETURN_IF_ERROR(
+        CudaStatus(sok_lite_cuda_scatter_add_rows(grads_, dim, inverse_, n_, summed, stream),
+                   "scatter_add_rows"));
+    *g = summed;
+    return absl::OkStatus();
+  }
+
   int64_t n_ = 0;
   int64_t u_ = 0;
   const int64_t* idx_ = nullptr;
@@ -103,6 +130,7 @@ class SparseApplyFunctor<GPUDevice, float> {
 REGISTER_KERNEL_BUILDER(Name("SokLiteSparseApply")
                             .Device(::tensorflow::DEVICE_GPU)
                             .HostMemory("hyper")
+                            .HostMemory("step")
                             .TypeConstraint<float>("dtype"),
                         SparseApplyOp<GPUDevice, float>);
 

@@ -45,7 +45,8 @@ def unique_ids(ids, row_splits, num_rows, hotness, table_names, name=None):
 
 
 def gather_rows(handles, indices, dtype, table_names, name=None):
-    """Reads rows `indices[t]` of resource variable `handles[t]` in place; list of [u_t, dim_t]."""
+    """Reads rows `indices[t]` of resource variable `handles[t]` in place; list of [u_t, dim_t]
+    of `dtype` (float32 for bfloat16 / float16 variables: their rows are widened as read)."""
     with tf.name_scope(name or "sok_lite_gather_rows"):
         return _ops().sok_lite_gather_rows(
             handles=handles, indices=indices, dtype=dtype, table_names=table_names

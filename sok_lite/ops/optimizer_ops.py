@@ -5,17 +5,36 @@ import tensorflow as tf
 from sok_lite._loader import ops as _ops
 
 
-def sparse_apply(var_handle, slot_handles, indices, grads, hyper, kind, var_name="", name=None):
+def sparse_apply(
+    var_handle,
+    slot_handles,
+    indices,
+    grads,
+    hyper,
+    kind,
+    var_name="",
+    name=None,
+    *,
+    step=0,
+    rounding_seed=0,
+    row_stride=1,
+    row_offset=0,
+):
     """Updates rows `indices` of a variable and its slots with gradient rows `grads`.
 
     Args:
       var_handle: the variable's resource handle ([rows, dim]).
       slot_handles: the slots' handles, shaped like the variable, in the order of `kind`.
       indices: int64 [n] local rows (repeats are summed).
-      grads: [n, dim] gradient rows, the variable's dtype.
+      grads: [n, dim] gradient rows: the variable's dtype, or float32 for a bfloat16 / float16
+        variable (updated in float32, then rounded back).
       hyper: float64 [learning_rate, weight_decay, parameters...] (kernels/core/optimizers.h).
       kind: sgd | momentum | nesterov | adam | amsgrad | adagrad | rmsprop | ftrl | adamax |
         adadelta.
+      step: int64 scalar, the optimizer step; with rounding_seed, it draws a bfloat16
+        variable's stochastic rounding.
+      row_stride, row_offset: global row = local row * row_stride + row_offset (the rounding of
+        a row is then the same on any number of ranks).
     """
     with tf.name_scope(name or "sok_lite_sparse_apply"):
         return _ops().sok_lite_sparse_apply(
@@ -24,8 +43,12 @@ def sparse_apply(var_handle, slot_handles, indices, grads, hyper, kind, var_name
             indices=indices,
             grads=grads,
             hyper=hyper,
+            step=tf.cast(step, tf.int64),
             kind=kind,
             var_name=var_name,
+            rounding_seed=rounding_seed,
+            row_stride=row_stride,
+            row_offset=row_offset,
         )
 
 

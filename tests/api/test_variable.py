@@ -34,7 +34,7 @@ def test_localized_on_rank_zero_holds_the_table():
         ({"initial_value": np.ones([3])}, "must be 2-D"),
         ({"initial_value": np.ones([3, 2]), "mode": "sharded"}, "mode must be"),
         ({"initial_value": np.ones([3, 2]), "mode": "localized:1"}, "names rank 1 of 1"),
-        ({"initial_value": np.ones([3, 2]), "dtype": tf.int32}, "float32 and float64"),
+        ({"initial_value": np.ones([3, 2]), "dtype": tf.int32}, "dtype int32 is not supported"),
         ({"initial_value": np.ones([3, 2]), "shape": [3, 2]}, "not both"),
         ({}, "pass initial_value"),
     ],

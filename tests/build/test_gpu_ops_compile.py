@@ -76,7 +76,7 @@ GPU_OPS = {
     "SokLiteGatherRows": set(),
     "SokLiteSegmentCombine": set(),
     "SokLiteSegmentCombineGrad": {"num_unique"},
-    "SokLiteSparseApply": {"hyper"},
+    "SokLiteSparseApply": {"hyper", "step"},
     "SokLiteInitRows": set(),
     "SokLitePartitionByOwner": set(),
     "SokLiteGatherForPeers": {"splits", "vector_splits"},

@@ -9,6 +9,7 @@
 #include "kernels/core/cpu_gpu_rules.h"
 #include "kernels/core/exchange.h"
 #include "kernels/core/huge_pages.h"
+#include "kernels/core/half_rows.h"
 #include "kernels/core/optimizers.h"
 #include "kernels/core/unique.h"
 
@@ -96,6 +97,51 @@ void sok_core_apply_rows(int kind, double lr, double weight_decay, const double*
 // Huge-page advice for [p, p + bytes): 1 if given by this call.
 int sok_core_advise_huge_pages(void* p, int64_t bytes) {
   return sok_lite::AdviseHugePages(p, static_cast<size_t>(bytes)) ? 1 : 0;
+}
+
+// 16-bit storage (kernels/core/half_rows.h), element by element. format: 0 bfloat16, 1 float16.
+void sok_core_half_to_float(int format, const uint16_t* bits, int64_t n, float* out) {
+  const auto f = static_cast<sok_lite::HalfFormat>(format);
+  for (int64_t i = 0; i < n; ++i) out[i] = sok_lite::HalfToFloat(f, bits[i]);
+}
+
+void sok_core_float_to_bfloat16_nearest(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = sok_lite::FloatToBfloat16Nearest(x[i]);
+}
+
+void sok_core_float_to_bfloat16_stochastic(const float* x, const uint32_t* random16, int64_t n,
+                                           uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = sok_lite::FloatToBfloat16Stochastic(x[i], random16[i]);
+}
+
+void sok_core_float_to_float16_nearest(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = sok_lite::FloatToFloat16Nearest(x[i]);
+}
+
+// The rounding bits of columns [0, dim) of global row `row` at `step`.
+void sok_core_rounding_bits(uint64_t seed, int64_t step, int64_t row, int64_t dim, uint32_t* out) {
+  const uint64_t key = sok_lite::RoundingRowKey(seed, step, row);
+  for (int64_t d = 0; d < dim; ++d) out[d] = sok_lite::RoundingBits(key, d);
+}
+
+// sok_core_apply_rows for a 16-bit var (bit patterns) with float32 slots.
+void sok_core_apply_half_rows(int kind, double lr, double weight_decay, const double* p, int num_p,
+                              int64_t dim, const int64_t* rows, const float* grads, int64_t n,
+                              uint16_t* var, float* const* slots, int num_slots, int format,
+                              uint64_t seed, int64_t step, int64_t row_stride, int64_t row_offset) {
+  sok_lite::OptimizerHyper h;
+  h.lr = lr;
+  h.weight_decay = weight_decay;
+  h.p.assign(p, p + num_p);
+  const std::vector<float*> slot_list(slots, slots + num_slots);
+  sok_lite::HalfRounding rounding;
+  rounding.format = static_cast<sok_lite::HalfFormat>(format);
+  rounding.seed = seed;
+  rounding.step = step;
+  rounding.row_stride = row_stride;
+  rounding.row_offset = row_offset;
+  sok_lite::ApplyHalfRows(static_cast<OptimizerKind>(kind), h, dim, rows, grads, 0, n, var,
+                          slot_list, rounding);
 }
 
 }  // extern "C"

@@ -33,12 +33,14 @@ def load_key_hash():
 key_hash = load_key_hash()
 
 P = np.ctypeslib.ndpointer
-I64, U64, I32, F32, F64 = (
+I64, U64, I32, F32, F64, U16, U32 = (
     P(np.int64, flags="C"),
     P(np.uint64, flags="C"),
     P(np.int32, flags="C"),
     P(np.float32, flags="C"),
     P(np.float64, flags="C"),
+    P(np.uint16, flags="C"),
+    P(np.uint32, flags="C"),
 )
 c_i64, c_u64, c_int, c_double = ctypes.c_int64, ctypes.c_uint64, ctypes.c_int, ctypes.c_double
 SIGNATURES = {
@@ -58,6 +60,16 @@ SIGNATURES = {
         None,
         [c_int, c_double, c_double, F64, c_int, c_i64, I64, F32, c_i64, F32]
         + [ctypes.POINTER(ctypes.c_void_p), c_int],
+    ),
+    "sok_core_half_to_float": (None, [c_int, U16, c_i64, F32]),
+    "sok_core_float_to_bfloat16_nearest": (None, [F32, c_i64, U16]),
+    "sok_core_float_to_bfloat16_stochastic": (None, [F32, U32, c_i64, U16]),
+    "sok_core_float_to_float16_nearest": (None, [F32, c_i64, U16]),
+    "sok_core_rounding_bits": (None, [c_u64, c_i64, c_i64, c_i64, U32]),
+    "sok_core_apply_half_rows": (
+        None,
+        [c_int, c_double, c_double, F64, c_int, c_i64, I64, F32, c_i64, U16]
+        + [ctypes.POINTER(ctypes.c_void_p), c_int, c_int, c_u64, c_i64, c_i64, c_i64],
     ),
 }
 
@@ -230,6 +242,184 @@ def test_adagrad_rows(core, eps_outside):
     core.sok_core_apply_rows(code, lr, wd, params, 2, dim, rows, grads, n, var, slots, 1)
     np.testing.assert_allclose(acc, want_acc, rtol=1e-6)
     np.testing.assert_allclose(var, want_var, rtol=1e-5, atol=1e-6)
+
+
+# --- 16-bit rows (kernels/core/half_rows.h) vs NumPy --------------------------------------------
+
+BF16, FP16 = 0, 1
+ALL_BITS = np.arange(2**16, dtype=np.uint16)
+
+
+def bf16_widen(bits) -> np.ndarray:
+    return (np.asarray(bits, np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def awkward_floats(rng, n=50000) -> np.ndarray:
+    """Random float32 bit patterns (every exponent), the float16 range and its edges, ties."""
+    bits = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    near = rng.standard_normal(n).astype(np.float32) * np.float32(2.0) ** rng.integers(-26, 17, n)
+    fp16 = ALL_BITS[:0x7C00].view(np.float16).astype(np.float64)  # the finite positives
+    fp16_ties = ((fp16[:-1] + fp16[1:]) / 2)[::7].astype(np.float32)  # midpoints: exact
+    edges = np.array(
+        [0.0, -0.0, 65504, 65519.99, 65520, 65536, 2**-24, 2**-25, 2**-25 * 1.0001, 2**-14]
+        + [np.inf, -np.inf, np.nan, 3.0e38, -3.4028235e38, 1.401298e-45],
+        np.float32,
+    )
+    return np.concatenate([bits, near.astype(np.float32), fp16_ties, edges, -edges])
+
+
+def test_half_to_float_is_exact(core):
+    out = np.empty(ALL_BITS.size, np.float32)
+    core.sok_core_half_to_float(FP16, ALL_BITS, ALL_BITS.size, out)
+    np.testing.assert_array_equal(out, ALL_BITS.view(np.float16).astype(np.float32))
+    core.sok_core_half_to_float(BF16, ALL_BITS, ALL_BITS.size, out)
+    np.testing.assert_array_equal(out, bf16_widen(ALL_BITS))
+
+
+def test_float16_rounds_to_nearest_even_as_numpy(core):
+    x = awkward_floats(np.random.default_rng(20))
+    got = np.empty(x.size, np.uint16)
+    core.sok_core_float_to_float16_nearest(x, x.size, got)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got.view(np.float16)), nan)
+    np.testing.assert_array_equal(got[~nan], want.view(np.uint16)[~nan])
+
+
+def test_bfloat16_nearest_matches_ml_dtypes(core):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = awkward_floats(np.random.default_rng(21))
+    got = np.empty(x.size, np.uint16)
+    core.sok_core_float_to_bfloat16_nearest(x, x.size, got)
+    with np.errstate(invalid="ignore"):
+        want = x.astype(ml_dtypes.bfloat16).view(np.uint16)
+    nan = np.isnan(x)
+    assert np.isnan(bf16_widen(got[nan])).all()
+    np.testing.assert_array_equal(got[~nan], want[~nan])
+
+
+def test_bfloat16_stochastic_rounding_is_unbiased(core):
+    """Over all 2^16 draws, x rounds away from zero exactly (its dropped 16 bits) times: the
+    expected result is x; every result is one of the two neighbours of x."""
+    rng = np.random.default_rng(22)
+    draws = np.arange(2**16, dtype=np.uint32)
+    x = np.concatenate([rng.standard_normal(40) * 10.0 ** rng.integers(-30, 30, 40), [1.0, -3.5]])
+    for value in x.astype(np.float32):
+        got = np.empty(draws.size, np.uint16)
+        xs = np.full(draws.size, value, np.float32)
+        core.sok_core_float_to_bfloat16_stochastic(xs, draws, draws.size, got)
+        toward_zero = np.uint16(value.view(np.uint32) >> 16)
+        dropped = int(value.view(np.uint32) & 0xFFFF)
+        assert set(np.unique(got).tolist()) <= {int(toward_zero), int(toward_zero) + 1}
+        assert int((got != toward_zero).sum()) == dropped, value
+        np.testing.assert_allclose(bf16_widen(got).astype(np.float64).mean(), value, rtol=1e-12)
+    nan = np.full(3, np.nan, np.float32)
+    got = np.empty(3, np.uint16)
+    core.sok_core_float_to_bfloat16_stochastic(nan, np.array([0, 1, 65535], np.uint32), 3, got)
+    assert np.isnan(bf16_widen(got)).all()
+
+
+def test_rounding_bits_match_the_mirror(core):
+    """RoundingBits is a function of (seed, step, global row, column) only; key_hash mirrors
+    it, and its 16-bit draws are spread evenly."""
+    dim = 67
+    for seed, step, row in [(0, 0, 0), (12345, 7, 99), (2**64 - 1, -1, 2**40 + 3)]:
+        got = np.empty(dim, np.uint32)
+        core.sok_core_rounding_bits(seed, step, row, dim, got)
+        np.testing.assert_array_equal(got, key_hash.rounding_bits(seed, step, [row], dim)[0])
+    many = key_hash.rounding_bits(3, 11, np.arange(2000), 64)
+    assert many.max() < 2**16
+    assert abs(many.mean() / (2**16 - 1) - 0.5) < 0.01
+    assert not np.array_equal(many, key_hash.rounding_bits(3, 12, np.arange(2000), 64))
+
+
+def _apply_half(core, kind, var_bits, slots, rows, grads, p, fmt, seed, step, stride, offset):
+    lr, wd = 0.05, 0.0
+    slot_ptrs = (ctypes.c_void_p * max(len(slots), 1))(*[s.ctypes.data for s in slots])
+    code = core.sok_core_optimizer_code(kind.encode())
+    params = np.array(p, np.float64)
+    dim = var_bits.shape[1]
+    core.sok_core_apply_half_rows(
+        code,
+        lr,
+        wd,
+        params,
+        len(p),
+        dim,
+        rows,
+        grads,
+        rows.size,
+        var_bits,
+        slot_ptrs,
+        len(slots),
+        fmt,
+        seed,
+        step,
+        stride,
+        offset,
+    )
+    return lr
+
+
+@pytest.mark.parametrize("fmt", [BF16, FP16])
+def test_half_rows_sgd_and_adam_round_the_float32_update(core, fmt):
+    rng = np.random.default_rng(23 + fmt)
+    vocab, dim, seed, step = 40, 19, 777, 5
+    wide = rng.standard_normal((vocab, dim)).astype(np.float32)
+    narrow = wide.astype(np.float16) if fmt == FP16 else None
+    bits = narrow.view(np.uint16) if fmt == FP16 else (wide.view(np.uint32) >> 16).astype(np.uint16)
+    start = narrow.astype(np.float32) if fmt == FP16 else bf16_widen(bits)
+    rows = rng.choice(vocab, 12, replace=False).astype(np.int64)
+    grads = rng.standard_normal((rows.size, dim)).astype(np.float32)
+
+    def expect_rounded(got_bits, want):
+        if fmt == FP16:
+            np.testing.assert_array_equal(got_bits, want.astype(np.float16).view(np.uint16))
+            return
+        draws = key_hash.rounding_bits(seed, step, rows, dim)
+        up = ((want.view(np.uint32) + draws) >> 16).astype(np.uint16)
+        np.testing.assert_array_equal(got_bits, up)
+
+    # SGD
+    var = bits.copy()
+    lr = _apply_half(core, "sgd", var, [], rows, grads, [], fmt, seed, step, 1, 0)
+    want = start[rows] - grads * np.float32(lr)
+    expect_rounded(var[rows], want)
+    untouched = np.setdiff1d(np.arange(vocab), rows)
+    np.testing.assert_array_equal(var[untouched], bits[untouched])
+    # Adam: float32 slots hold the exact float32 state.
+    var = bits.copy()
+    m, v = np.zeros((vocab, dim), np.float32), np.zeros((vocab, dim), np.float32)
+    b1, b2, eps = 0.9, 0.999, 1e-7
+    _apply_half(core, "adam", var, [m, v], rows, grads, [b1, b2, eps, step], fmt, seed, step, 1, 0)
+    f = np.float32
+    want_m = grads * (f(1) - f(b1))
+    want_v = grads * grads * (f(1) - f(b2))
+    alpha = f(lr) * np.sqrt(f(1) - f(b2) ** f(step)) / (f(1) - f(b1) ** f(step))
+    np.testing.assert_allclose(m[rows], want_m, rtol=1e-6)
+    np.testing.assert_allclose(v[rows], want_v, rtol=1e-6)
+    want = start[rows] - (want_m * alpha) / (np.sqrt(want_v) + f(eps))
+    got = bf16_widen(var[rows]) if fmt == BF16 else var[rows].view(np.float16).astype(np.float32)
+    ulp = np.float32(2.0**-7 if fmt == BF16 else 2.0**-10) * np.abs(want) + 1e-6
+    assert (np.abs(got - want) <= ulp).all()
+
+
+def test_half_rows_round_alike_on_any_rank_count(core):
+    """A row's rounding draws from its GLOBAL row: rank 1 of 2 (local row r = global 2r + 1)
+    rounds its rows as one rank holding the whole table does."""
+    rng = np.random.default_rng(30)
+    vocab, dim = 30, 8
+    table = (rng.standard_normal((vocab, dim)).astype(np.float32).view(np.uint32) >> 16).astype(
+        np.uint16
+    )
+    global_rows = np.array([1, 7, 13, 29], np.int64)
+    grads = rng.standard_normal((global_rows.size, dim)).astype(np.float32)
+    whole = table.copy()
+    _apply_half(core, "sgd", whole, [], global_rows, grads, [], BF16, 9, 4, 1, 0)
+    shard = table[1::2].copy()
+    _apply_half(core, "sgd", shard, [], global_rows // 2, grads, [], BF16, 9, 4, 2, 1)
+    np.testing.assert_array_equal(shard, whole[1::2])
 
 
 def test_without_tensorflow():

@@ -1,4 +1,5 @@
-"""The same Adam training run on 2 Horovod ranks and on 1 gives the same tables and slots."""
+"""The same Adam training run on 2 Horovod ranks and on 1 gives the same tables and slots, for
+float32 tables and for bfloat16 tables, whose stochastic rounding draws from global rows."""
 
 import numpy as np
 
@@ -34,3 +35,17 @@ def test_adam_run_on_two_ranks_equals_one_rank(tmp_path):
         # Summation order differs between 1 and 2 ranks (owner-side sums): float32 round-off.
         np.testing.assert_allclose(b[key], a[key], rtol=1e-5, atol=1e-6, err_msg=key)
     assert np.count_nonzero(a["table0_m"]) > 0 and np.count_nonzero(a["table1_v"]) > 0
+
+
+def test_bfloat16_tables_on_two_ranks_equal_one_rank_bit_for_bit(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    run_ranks("optimizer_worker.py", 1, one, "bfloat16")
+    run_ranks("optimizer_worker.py", 2, two, "bfloat16")
+    a, b = global_arrays(one, 1), global_arrays(two, 2)
+    assert sorted(a) == sorted(b) and {"table0_m", "table0_v", "table1_m"} <= set(a)
+    for key in a:
+        # Integer-valued gradients: the float32 math, and so the rounding, agree exactly.
+        np.testing.assert_array_equal(b[key], a[key], err_msg=key)
+    assert np.count_nonzero(a["table0_m"]) > 0

@@ -34,6 +34,27 @@ _SIGNATURES = {
     "sok_lite_cuda_combine_forward": [_P, _I64, _P, _P, _P, _P, _I64, _P, _P],
     "sok_lite_cuda_combine_backward": [_P, _I64, _P, _P, _I64, _P, _P, _I64, _P, _P],
     "sok_lite_cuda_gather_rows": [_P, _I64, _P, _I64, _P, _P],
+    "sok_lite_cuda_gather_half_rows": [_P, ctypes.c_int, _I64, _P, _I64, _P, _P],
+    "sok_lite_cuda_apply_half_rows": [
+        ctypes.c_int,
+        ctypes.c_double,
+        ctypes.c_double,
+        ctypes.POINTER(ctypes.c_double),
+        ctypes.c_int,
+        _I64,
+        _P,
+        _P,
+        _I64,
+        _P,
+        ctypes.POINTER(_P),
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_uint64,
+        _I64,
+        _I64,
+        _I64,
+        _P,
+    ],
     "sok_lite_cuda_apply_rows": [
         ctypes.c_int,
         ctypes.c_double,
@@ -246,6 +267,37 @@ class Kernels:
     def apply_rows(self, kind, lr, weight_decay, params, rows, grads, var, slots):
         rc = self.apply_rows_rc(kind, lr, weight_decay, params, rows, grads, var, slots)
         _check(f"apply_rows({kind})", rc)
+
+    # --- 16-bit tables: uint16 bit patterns, format 0 bfloat16 / 1 float16 ----------------------
+
+    def gather_half_rows(self, table, fmt, indices, out):
+        rc = self.lib.sok_lite_cuda_gather_half_rows(
+            _ptr(table), fmt, table.shape[1], _ptr(indices), indices.size, _ptr(out), _stream()
+        )
+        _check("gather_half_rows", rc)
+
+    def apply_half_rows(self, kind, lr, params, rows, grads, var, slots, fmt, rounding):
+        """rounding: (seed, step, row_stride, row_offset)."""
+        c_params = (ctypes.c_double * max(len(params), 1))(*params)
+        c_slots = (_P * max(len(slots), 1))(*[_ptr(s) for s in slots])
+        rc = self.lib.sok_lite_cuda_apply_half_rows(
+            OPTIMIZERS[kind],
+            lr,
+            0.0,
+            c_params,
+            len(params),
+            var.shape[1],
+            _ptr(rows),
+            _ptr(grads),
+            rows.size,
+            _ptr(var),
+            c_slots,
+            len(slots),
+            fmt,
+            *rounding,
+            _stream(),
+        )
+        _check(f"apply_half_rows({kind})", rc)
 
     # --- ids -----------------------------------------------------------------------------------
 

@@ -1,5 +1,9 @@
 """A training run (lookup + loss + OptimizerScope(Adam with global_clipnorm)) whose final tables
-and slots the launching test compares between 1 and 2 ranks (test_horovod_optimizer.py)."""
+and slots the launching test compares between 1 and 2 ranks (test_horovod_optimizer.py).
+
+argv[2], optional: the tables' dtype. A 16-bit run sums integer-valued gradients without
+clipping, so that every rank count computes the same float32 rows bit for bit and the test can
+ask the same of the (stochastically) rounded 16-bit tables."""
 
 import sys
 
@@ -17,10 +21,18 @@ RANK, N = hvd.rank(), hvd.size()
 out_dir = sys.argv[1]
 report = Report(out_dir, RANK)
 
-users = sok.Variable(shape=[37, 8], initializer=keras.initializers.RandomNormal(seed=4))
-items = sok.Variable(shape=[11, 3], initializer="random_uniform", mode=f"localized:{N - 1}")
+DTYPE = sys.argv[2] if len(sys.argv) > 2 else "float32"
+EXACT = DTYPE != "float32"
+
+users = sok.Variable(
+    shape=[37, 8], initializer=keras.initializers.RandomNormal(seed=4), dtype=DTYPE
+)
+items = sok.Variable(
+    shape=[11, 3], initializer="random_uniform", mode=f"localized:{N - 1}", dtype=DTYPE
+)
 tables = [users, items]
-opt = keras.optimizers.Adam(0.05, global_clipnorm=0.5)
+opt = keras.optimizers.Adam(0.05) if EXACT else keras.optimizers.Adam(0.05, global_clipnorm=0.5)
+COMBINERS = ["sum", "sum"] if EXACT else ["mean", "sum"]
 batch = 16
 lo, hi = batch * RANK // N, batch * (RANK + 1) // N
 
@@ -28,7 +40,7 @@ lo, hi = batch * RANK // N, batch * (RANK + 1) // N
 @tf.function
 def train_step(user_ids, item_ids, up_u, up_i):
     with tf.GradientTape() as tape:
-        u, i = sok.lookup_sparse(tables, [user_ids, item_ids], combiners=["mean", "sum"])
+        u, i = sok.lookup_sparse(tables, [user_ids, item_ids], combiners=COMBINERS)
         loss = (tf.reduce_sum(u * up_u) + tf.reduce_sum(i * up_i)) / batch
     grads = tape.gradient(loss, tables)
     with sok.OptimizerScope(tables):
@@ -40,8 +52,12 @@ for step in range(20):
     rng = np.random.default_rng(step)
     uids = [rng.integers(0, 37, size=k).tolist() for k in rng.integers(0, 5, size=batch)]
     iids = [rng.integers(0, 11, size=k).tolist() for k in rng.integers(1, 3, size=batch)]
-    up_u = rng.standard_normal([batch, 8]).astype(np.float32)
-    up_i = rng.standard_normal([batch, 3]).astype(np.float32)
+    if EXACT:
+        up_u = rng.integers(-3, 4, [batch, 8]).astype(np.float32)
+        up_i = rng.integers(-3, 4, [batch, 3]).astype(np.float32)
+    else:
+        up_u = rng.standard_normal([batch, 8]).astype(np.float32)
+        up_i = rng.standard_normal([batch, 3]).astype(np.float32)
     train_step(
         tf.ragged.constant(uids[lo:hi], dtype=tf.int64, ragged_rank=1, inner_shape=()),
         tf.ragged.constant(iids[lo:hi], dtype=tf.int64, ragged_rank=1, inner_shape=()),
@@ -52,7 +68,7 @@ for step in range(20):
 assert int(opt.iterations) == 20
 arrays = {}
 for t, table in enumerate(tables):
-    arrays[f"table{t}"] = table.numpy()
+    arrays[f"table{t}"] = tf.cast(table, tf.float32).numpy()  # 16-bit values widen exactly
     for name, slot in sok.opt_slots(opt, table).items():
         arrays[f"table{t}_{name}"] = slot.numpy()
         report.check()

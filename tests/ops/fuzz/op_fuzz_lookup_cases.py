@@ -252,5 +252,5 @@ def sparse_apply(draw):
     elif well_formed and any(i < 0 or i >= rows for i in indices.tolist()):
         invalid = "a row out of range"
     kwargs = {"var": var, "slots": slots, "indices": indices, "grads": grads, "hyper": hyper}
-    kwargs |= {"kind": kind, "var_name": "v"}
+    kwargs |= {"step": np.array(draw(ints()), np.int64), "kind": kind, "var_name": "v"}
     return Case("sok_lite_sparse_apply", kwargs, draw(st.booleans()), invalid)
