@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tape_reference import manual_training
 
 import sok_lite as sok
 import sok_lite.keras.layers as keras_layers
@@ -241,17 +242,6 @@ def test_config_round_trip():
 
 
 # --- training --------------------------------------------------------------------------------
-
-
-def manual_training(model, optimizer, data):
-    """The reference: a GradientTape loop routed by sok.OptimizerWrapper."""
-    loss_fn = keras.losses.MeanSquaredError()
-    wrapper = sok.OptimizerWrapper(optimizer)
-    for x, y in data:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        weights = model.trainable_variables
-        wrapper.apply_gradients(zip(tape.gradient(loss, weights), weights))
 
 
 def test_fit_equals_a_gradient_tape_loop():

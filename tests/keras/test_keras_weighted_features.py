@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tape_reference import manual_training
 
 import sok_lite as sok
 import sok_lite.keras.layers as keras_layers
@@ -238,24 +239,13 @@ def rows_by_key(table) -> dict:
     return dict(zip(keys.numpy().tolist(), rows.numpy()))
 
 
-def manual_training(model, data):
-    """The reference: a GradientTape loop routed by sok.OptimizerWrapper."""
-    loss_fn = keras.losses.MeanSquaredError()
-    wrapper = sok.OptimizerWrapper(keras.optimizers.Adam(0.05))
-    for x, y in data:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        weights = model.trainable_variables
-        wrapper.apply_gradients(zip(tape.gradient(loss, weights), weights))
-
-
 def test_fit_equals_a_gradient_tape_loop():
     fitted, manual = make_model(), make_model()
     fitted.compile(optimizer=OptimizerWrapper(keras.optimizers.Adam(0.05)), loss="mse")
     data = dataset()
     for x, y in data:
         fitted.fit(tf.data.Dataset.from_tensors((x, y)), epochs=1, verbose=0, shuffle=False)
-    manual_training(manual, data)
+    manual_training(manual, keras.optimizers.Adam(0.05), data)
 
     # fit and the loop sum the loss in different orders (see test_keras_fit.py): round-off.
     tolerance = dict(rtol=1e-5, atol=1e-6)
