@@ -501,8 +501,29 @@ class DynamicVariable(BaseResourceVariable, TableKind):
           rows: float32 [n, dimension * (1 + slots)]: the value, then each optimizer slot, as
             export(with_slots=True) gives them (slots missing from the table are laid out).
         """
-        cleared = dynamic_ops.clear(self.handle)
-        with tf.control_dependencies([cleared] if cleared is not None else []):
+        keys = tf.convert_to_tensor(keys)
+        rows = tf.convert_to_tensor(rows)
+        # Checked before the table is cleared: a bad restore must keep the rows it has.
+        width = tf.shape(rows, out_type=tf.int64)[-1]
+        checks = [
+            tf.debugging.assert_rank(keys, 1, message=f"'{self._label}': keys must be 1-D"),
+            tf.debugging.assert_rank(rows, 2, message=f"'{self._label}': rows must be 2-D"),
+            tf.debugging.assert_equal(
+                tf.size(keys, out_type=tf.int64),
+                tf.shape(rows, out_type=tf.int64)[0],
+                message=f"'{self._label}': as many rows as keys are needed",
+            ),
+            tf.debugging.assert_equal(
+                tf.logical_and(width > 0, width % self._dimension == 0),
+                True,
+                message=f"'{self._label}': a row must be {self._dimension} columns per array "
+                "(value, then optimizer slots)",
+            ),
+        ]
+        checks = [c for c in checks if c is not None]  # eager asserts return None
+        with tf.control_dependencies(checks):
+            cleared = dynamic_ops.clear(self.handle)
+        with tf.control_dependencies([c for c in [cleared] if c is not None] + checks):
             return dynamic_ops.assign(self.handle, keys, rows, with_slots=True)
 
     # tf.train.Checkpoint: this rank's keys and rows (value and optimizer slots).

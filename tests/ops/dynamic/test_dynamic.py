@@ -244,3 +244,26 @@ def test_rejected_assign_leaves_the_table_unchanged():
         keras.optimizers.SGD(0.1, momentum=0.9).apply_gradients(
             [(tf.IndexedSlices(tf.ones([1, 3]), tf.constant([5], tf.int64)), table)]
         )
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+@pytest.mark.parametrize(
+    "keys, rows",
+    [
+        ([5, 6, 7], np.zeros([2, 4], np.float32)),  # fewer rows than keys
+        ([5, 6], np.zeros([2, 5], np.float32)),  # not a whole number of 4-column arrays
+    ],
+)
+def test_replace_rows_refuses_bad_rows_and_keeps_the_table(keys, rows, in_function):
+    table = sok.DynamicVariable(4, name="kept")
+    sok.lookup_sparse(table, tf.ragged.constant([[1, 2, 3]], dtype=tf.int64))
+    before_keys, before_rows = table.export(with_slots=True)
+
+    def replace():
+        table.replace_rows(tf.constant(keys, tf.int64), tf.constant(rows))
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="kept"):
+        tf.function(replace)() if in_function else replace()
+    after_keys, after_rows = table.export(with_slots=True)
+    np.testing.assert_array_equal(np.sort(after_keys.numpy()), np.sort(before_keys.numpy()))
+    assert after_rows.shape == before_rows.shape
