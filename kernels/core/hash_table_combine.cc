@@ -34,6 +34,10 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
   // Only LFU eviction reads the per-step counts; without it a first sighting just stores the
   // step.
   const bool count = config_.capacity > 0 && config_.policy == EvictPolicy::kLfu;
+  // A 16-bit value is widened into `wide` (per thread) for the combine, which reads each row
+  // before asking for the next.
+  const bool half = config_.half_values;
+  const uint64_t value_bytes = value_words() * sizeof(float);
   const int64_t step = step_;
   run(batch, [&](int64_t b0, int64_t b1) {
     const uint64_t first = row_splits[b0], end = row_splits[b1];
@@ -49,14 +53,14 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
       const int64_t r = s < 0 ? -1 : slots[s].row;
       rows[k % kRowAhead] = r;
       if (r >= 0) {
-        PrefetchBytes<0>(row_ptr(r), dim * sizeof(float));
+        PrefetchBytes<0>(row_ptr(r), value_bytes);
         __builtin_prefetch(&meta_[r], 0, 3);
       }
     };
     for (uint64_t k = first; k < std::min(end, first + kSlotAhead); ++k) hash_ahead(k);
     for (uint64_t k = first; k < std::min(end, first + kRowAhead); ++k) probe_ahead(k);
     std::vector<int64_t> local_missing, local_marked;
-    std::vector<float> acc(dim);
+    std::vector<float> acc(dim), wide(half ? dim : 0);
     const auto row_of = [&](uint64_t k) -> const float* {
       const int64_t r = rows[k % kRowAhead];  // read before probe_ahead reuses the entry
       if (k + kSlotAhead < end) hash_ahead(k + kSlotAhead);
@@ -74,7 +78,9 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
         __atomic_store_n(last_seen, count ? -step : step, __ATOMIC_RELAXED);
         if (count) local_marked.push_back(r);
       }
-      return row_ptr(r);
+      if (!half) return row_ptr(r);
+      ReadValue(row_ptr(r), wide.data());
+      return wide.data();
     };
     for (int64_t b = b0; b < b1; ++b) {
       CombineSample(row_splits[b], row_splits[b + 1], dim, weights, scale ? scale[b] : 1.0f,
@@ -105,8 +111,12 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
     std::vector<float> acc(dim), init(dim);
     const auto row_of = [&](int64_t k) -> const float* {
       const int64_t s = FindSlot(keys[k]);
-      if (s >= 0) return RowPtr(slots_[s].row);
-      InitRows(config_.init, keys + k, dim, 0, 1, init.data());  // not admitted: nothing stored
+      if (s >= 0 && !half) return RowPtr(slots_[s].row);
+      if (s >= 0) {
+        ReadValue(RowPtr(slots_[s].row), init.data());
+      } else {
+        InitValue(keys[k], init.data());  // not admitted: nothing stored
+      }
       return init.data();
     };
     for (int64_t j = j0; j < j1; ++j) {
