@@ -266,6 +266,8 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         # The GPU table has no capacity eviction, admission or 16-bit storage: such a table
         # stays on the CPU.
         cpu_only = per_rank > 0 or min_count > 1 or dtype in HALF_DTYPES
+        # From the name every rank gives the table: the same draws on any rank.
+        seed = rounding_seed(name, [None, dimension])
         with tf.init_scope():
             with tf.device(_host_device()) if cpu_only else contextlib.nullcontext():
                 handle = dynamic_ops.create_table(
@@ -276,8 +278,7 @@ class DynamicVariable(BaseResourceVariable, TableKind):
                     evict_policy,
                     min_count,
                     storage_dtype=dtype,
-                    # From the name every rank gives the table: the same bits on any rank.
-                    rounding_seed=rounding_seed(name, [None, dimension]),
+                    rounding_seed=seed,
                 )
         super().__init__(
             trainable=trainable,
@@ -290,6 +291,7 @@ class DynamicVariable(BaseResourceVariable, TableKind):
             in_graph_mode=False,
         )
         self._dimension = dimension
+        self._rounding_seed = seed
         self._key_dtype = key_dtype
         self._capacity = capacity
         self._init_capacity = init_capacity
