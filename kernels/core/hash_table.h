@@ -51,6 +51,8 @@ class HashTable {
   // = the value of `record`; ReadRow: out[0, dim or row_width()) = the value (and slots).
   void ReadValue(const float* record, float* out) const;
   void ReadRow(const float* record, bool with_slots, float* out) const;
+  // acc[0, dim) = w * value (first) or acc += w * value: a combine's step, widening as it reads.
+  void AccumulateValue(const float* record, float w, bool first, float* acc) const;
   // record = row (dim floats, or row_width() with slots), 16-bit values rounded to nearest.
   void WriteRow(const float* row, bool with_slots, float* record) const;
   // record = row (row_width() floats) after an optimizer step at `step`: bfloat16 values round

@@ -25,6 +25,31 @@ void HashTable::ReadValue(const float* record, float* out) const {
   }
 }
 
+void HashTable::AccumulateValue(const float* record, float w, bool first, float* acc) const {
+  const int64_t dim = config_.dim;
+  if (!config_.half_values) {
+    if (first) {
+      for (int64_t d = 0; d < dim; ++d) acc[d] = w * record[d];
+    } else {
+      for (int64_t d = 0; d < dim; ++d) acc[d] += w * record[d];
+    }
+    return;
+  }
+  const uint16_t* value = HalfValue(record);
+  // One loop per format and per first/rest, so that each vectorizes.
+  if (config_.half_format == HalfFormat::kBfloat16) {
+    if (first) {
+      for (int64_t d = 0; d < dim; ++d) acc[d] = w * Bfloat16ToFloat(value[d]);
+    } else {
+      for (int64_t d = 0; d < dim; ++d) acc[d] += w * Bfloat16ToFloat(value[d]);
+    }
+  } else if (first) {
+    for (int64_t d = 0; d < dim; ++d) acc[d] = w * Float16ToFloat(value[d]);
+  } else {
+    for (int64_t d = 0; d < dim; ++d) acc[d] += w * Float16ToFloat(value[d]);
+  }
+}
+
 void HashTable::ReadRow(const float* record, bool with_slots, float* out) const {
   ReadValue(record, out);
   if (with_slots) {

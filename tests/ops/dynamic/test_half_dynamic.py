@@ -61,6 +61,15 @@ def test_new_rows_are_the_initializer_rounded_to_nearest(dtype):
     pending = sok.DynamicVariable(DIM, initializer=init, dtype=dtype, name="t", min_count=2)
     np.testing.assert_array_equal(tf.nn.embedding_lookup(pending, KEYS).numpy(), got)
     assert int(pending.size()) == 0
+    # The fused one-rank lookup_sparse: new keys (stored, or pending) combined after admission.
+    for min_count in (1, 3):
+        fused = sok.DynamicVariable(
+            DIM, initializer=init, dtype=dtype, name="t", min_count=min_count
+        )
+        out = sok.lookup_sparse(fused, ragged([KEYS[:2].tolist(), [KEYS[2]], []]))
+        np.testing.assert_array_equal(out.numpy()[0], got[0] + got[1])
+        np.testing.assert_array_equal(out.numpy()[1:], np.stack([got[2], np.zeros(DIM)]))
+        assert int(fused.size()) == (3 if min_count == 1 else 0)
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=["bf16", "fp16"])
