@@ -18,9 +18,13 @@ from sok_lite.ops import dynamic_ops
 from sok_lite.optimizer_rules import rule_for
 from sok_lite.placement import Placement
 from sok_lite.serving import ServingTable
+from sok_lite.table_dtypes import HALF_DTYPES, check_table_dtype, rounding_seed
 from sok_lite.table_kind import TableKind
 
 _table_ids = itertools.count()
+
+# The value dtypes a hash table stores (rows are read as float32 from any of them).
+DYNAMIC_DTYPES = (tf.float32, tf.bfloat16, tf.float16)
 
 # SOK's table backends ("hbm": its GPU hash table, "hybrid": HierarchicalKV); both are this
 # hash table.
@@ -144,7 +148,12 @@ class DynamicVariable(BaseResourceVariable, TableKind):
       constraint: must be None (a constraint cannot be applied to rows created on lookup).
       trainable: whether optimizers update it.
       key_type: SOK's name for key_dtype.
-      dtype: tf.float32 (default).
+      dtype: the storage dtype of the values: tf.float32 (default), or tf.bfloat16 /
+        tf.float16 to store them in 16 bits. Lookups, gradients and optimizer math are float32
+        and optimizer slots stay float32; an optimizer step rounds the updated values back
+        (bfloat16: stochastically, with bits drawn from the table's name, the step and the
+        key, so the same on any number of ranks; float16: to nearest even). Initial and
+        assigned values round to nearest even. 16-bit tables live in host memory.
       mode: "distributed" (default: each key on the rank its hash selects) or "localized:K"
         (every key on rank K).
       key_dtype: tf.int64 (default) or tf.int32 (or their names); every value of the type is a
@@ -226,9 +235,12 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         if constraint is not None:
             raise ValueError("DynamicVariable does not support a constraint")
         key_dtype = self._key_dtype_of(key_type, key_dtype)
-        dtype = tf.as_dtype(tf.float32 if dtype is None else dtype)
-        if dtype != tf.float32:
-            raise ValueError(f"DynamicVariable holds float32 rows, got {dtype.name}")
+        dtype = check_table_dtype(tf.float32 if dtype is None else dtype, name)
+        if dtype not in DYNAMIC_DTYPES:
+            raise ValueError(
+                f"table '{name or 'DynamicVariable'}': a DynamicVariable stores float32, "
+                f"bfloat16 or float16 rows, got {dtype.name}"
+            )
         placement = Placement.parse("distributed" if mode is None else mode)
         num_ranks = comm.current().num_ranks
         if placement.kind == "localized" and placement.rank >= num_ranks:
@@ -251,12 +263,22 @@ class DynamicVariable(BaseResourceVariable, TableKind):
             )
         name = name or "DynamicVariable"
         shared_name = f"sok_lite_dynamic_{name}_{next(_table_ids)}"
-        # The GPU table has no capacity eviction or admission: such a table stays on the CPU.
-        cpu_only = per_rank > 0 or min_count > 1
+        # The GPU table has no capacity eviction, admission or 16-bit storage: such a table
+        # stays on the CPU.
+        cpu_only = per_rank > 0 or min_count > 1 or dtype in HALF_DTYPES
+        # From the name every rank gives the table: the same draws on any rank.
+        seed = rounding_seed(name, [None, dimension])
         with tf.init_scope():
             with tf.device(_host_device()) if cpu_only else contextlib.nullcontext():
                 handle = dynamic_ops.create_table(
-                    shared_name, dimension, init, per_rank, evict_policy, min_count
+                    shared_name,
+                    dimension,
+                    init,
+                    per_rank,
+                    evict_policy,
+                    min_count,
+                    storage_dtype=dtype,
+                    rounding_seed=seed,
                 )
         super().__init__(
             trainable=trainable,
@@ -269,6 +291,7 @@ class DynamicVariable(BaseResourceVariable, TableKind):
             in_graph_mode=False,
         )
         self._dimension = dimension
+        self._rounding_seed = seed
         self._key_dtype = key_dtype
         self._capacity = capacity
         self._init_capacity = init_capacity
@@ -354,7 +377,7 @@ class DynamicVariable(BaseResourceVariable, TableKind):
 
     @property
     def handle_dtype(self) -> tf.DType:
-        """SOK's name for the value dtype (tf.float32)."""
+        """SOK's name for the value dtype (the storage dtype: float32, bfloat16 or float16)."""
         return self.dtype
 
     @property
@@ -646,7 +669,9 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         index = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(keys, tf.range(tf.size(keys, tf.int64))), -1
         )
-        return ServingTable(tf.Variable(values, trainable=False), index, self._init)
+        # A 16-bit table serves its rows in 16 bits (exact: they were widened for the export).
+        rows = tf.Variable(tf.cast(values, self.dtype), trainable=False)
+        return ServingTable(rows, index, self._init)
 
     def __repr__(self):
         return (

@@ -40,8 +40,10 @@ class ServingTable:
         if self.index is None:
             return tf.cast(tf.gather(self.rows, ids), self.row_dtype)
         pos = self.index.lookup(ids)
-        found = tf.gather(self.rows, tf.maximum(pos, 0))
+        found = tf.cast(tf.gather(self.rows, tf.maximum(pos, 0)), self.row_dtype)
         fresh = initial_rows(self.init, ids, int(self.rows.shape[1]))
+        if self.rows.dtype != self.row_dtype:  # a 16-bit table stores its new rows rounded
+            fresh = tf.cast(tf.cast(fresh, self.rows.dtype), self.row_dtype)
         return tf.where((pos >= 0)[:, None], found, fresh)
 
 

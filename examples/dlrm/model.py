@@ -39,6 +39,7 @@ def build_dlrm(
     embedding_dim: int = 16,
     bottom_units=(64, 32),
     top_units=(128, 64),
+    table_dtype: str = "float32",
 ) -> keras.Model:
     """The model, from {"dense": [batch, 13] counts, "categorical": [batch, 26] ids} to logits.
 
@@ -47,6 +48,7 @@ def build_dlrm(
       embedding_dim: the width of every table and of the bottom MLP's output.
       bottom_units: hidden layers of the bottom MLP (before its embedding_dim output).
       top_units: hidden layers of the top MLP (before its single logit).
+      table_dtype: the tables' storage dtype (float32, bfloat16 or float16).
 
     Returns:
       A functional keras.Model; output [batch, 1] click logits.
@@ -59,7 +61,13 @@ def build_dlrm(
     bottom = keras.layers.Dense(embedding_dim, activation="relu", name="bottom_out")(bottom)
 
     features = [
-        sok.keras.FeatureSpec(f"C{j + 1}", input_dim=v, output_dim=embedding_dim, hotness=1)
+        sok.keras.FeatureSpec(
+            f"C{j + 1}",
+            input_dim=v,
+            output_dim=embedding_dim,
+            hotness=1,
+            storage_dtype=table_dtype,
+        )
         for j, v in enumerate(vocab_sizes)
     ]
     # One fused lookup for all 26 tables; each column is one id per sample.

@@ -60,6 +60,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="Keras dtype policy: the layers compute in 16 bits, the tables stay float32; "
         "mixed_float16 adds dynamic loss scaling (one process only)",
     )
+    parser.add_argument(
+        "--table-dtype",
+        choices=["float32", "bfloat16", "float16"],
+        default="float32",
+        help="storage dtype of the embedding tables (16 bits: half the memory; lookups and "
+        "optimizer math stay float32)",
+    )
     add_log_every_flag(parser)
     add_history_json_flag(parser)
     args = parser.parse_args(argv)
@@ -162,7 +169,7 @@ def main(argv=None) -> dict:
 
     vocab = vocabulary_sizes(args.max_vocabulary)
     data = CriteoLike(vocab, seed=args.seed, zipf_exponent=args.zipf)
-    model = build_dlrm(vocab, embedding_dim=args.embedding_dim)
+    model = build_dlrm(vocab, embedding_dim=args.embedding_dim, table_dtype=args.table_dtype)
     broadcast_dense_weights(model, hvd)
     model.compile(
         optimizer=DenseAllReduceOptimizer(keras.optimizers.Adam(args.learning_rate), hvd),
@@ -172,7 +179,8 @@ def main(argv=None) -> dict:
         rows = sum(vocab)
         print(
             f"{num_ranks} rank(s), global batch {args.global_batch}, 26 tables of "
-            f"{min(vocab)}..{max(vocab)} rows ({rows:,} rows x {args.embedding_dim})",
+            f"{min(vocab)}..{max(vocab)} rows ({rows:,} rows x {args.embedding_dim}, "
+            f"{args.table_dtype})",
             flush=True,
         )
 

@@ -31,6 +31,7 @@ class WideAndDeep(keras.Model):
       embedding_dim: the width of the deep part's tables.
       dense_features: the number of dense features.
       deep_units: hidden layers of the MLP (before its single logit).
+      table_dtype: the storage dtype of every table (float32, bfloat16 or float16).
     """
 
     def __init__(
@@ -42,18 +43,30 @@ class WideAndDeep(keras.Model):
         embedding_dim: int = 16,
         dense_features: int = 3,
         deep_units=(64, 32),
+        table_dtype: str = "float32",
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.embeddings = EmbeddingCollection(
             [
                 # Raw 64-bit keys: no vocabulary, a row per key seen.
-                FeatureSpec("user", output_dim=embedding_dim),
-                FeatureSpec("item", items, embedding_dim),
+                FeatureSpec("user", output_dim=embedding_dim, storage_dtype=table_dtype),
+                FeatureSpec("item", items, embedding_dim, storage_dtype=table_dtype),
                 # Small and hot: the whole table on rank 0 rather than spread row by row.
-                FeatureSpec("category", categories, embedding_dim, mode="localized:0"),
+                FeatureSpec(
+                    "category",
+                    categories,
+                    embedding_dim,
+                    mode="localized:0",
+                    storage_dtype=table_dtype,
+                ),
                 # Declared over device_categories ids, stores only those that occur.
-                FeatureSpec("device", output_dim=embedding_dim, capacity=device_categories),
+                FeatureSpec(
+                    "device",
+                    output_dim=embedding_dim,
+                    capacity=device_categories,
+                    storage_dtype=table_dtype,
+                ),
                 # The wide part: one weight per id, times the id's value, summed per sample.
                 FeatureSpec(
                     "wide_ids",
@@ -62,6 +75,7 @@ class WideAndDeep(keras.Model):
                     initializer="zeros",
                     table="wide",
                     weight_feature="wide_values",
+                    storage_dtype=table_dtype,
                 ),
             ],
             name="embeddings",

@@ -61,6 +61,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=0.01)
     parser.add_argument("--eval-samples", type=int, default=32_768)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--table-dtype",
+        choices=["float32", "bfloat16", "float16"],
+        default="float32",
+        help="storage dtype of the embedding tables (16 bits: half the memory; lookups and "
+        "optimizer math stay float32)",
+    )
     add_log_every_flag(parser)
     add_history_json_flag(parser)
     args = parser.parse_args(argv)
@@ -156,6 +163,7 @@ def main(argv=None) -> dict:
         device_categories=args.device_categories,
         embedding_dim=args.embedding_dim,
         dense_features=NUM_DENSE,
+        table_dtype=args.table_dtype,
     )
     broadcast_dense_weights(model, hvd)
     model.compile(
@@ -166,7 +174,7 @@ def main(argv=None) -> dict:
         print(
             f"{num_ranks} rank(s), global batch {args.global_batch}, wide table "
             f"{args.wide_features:,} x 1, {args.users:,} users as raw 64-bit keys, "
-            f"device ids from a range of {args.device_categories:,}",
+            f"device ids from a range of {args.device_categories:,}, {args.table_dtype} tables",
             flush=True,
         )
 

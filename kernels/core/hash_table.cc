@@ -84,11 +84,7 @@ int64_t HashTable::Insert(int64_t key) {
   ++size_;
   meta_[r] = RowMeta{key, step_, 0, -1};
   row_used_[r] = true;
-  float* row = RowPtr(r);
-  InitRows(config_.init, &key, config_.dim, 0, 1, row);
-  for (int s = 0; s < num_slots(); ++s) {
-    std::fill(row + (s + 1) * config_.dim, row + (s + 2) * config_.dim, slot_init_[s]);
-  }
+  InitRecord(key, RowPtr(r));
   return r;
 }
 
@@ -158,12 +154,12 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
   run(n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       if (i + kPrefetchDistance < i1 && rows[i + kPrefetchDistance] >= 0) {
-        PrefetchBytes<0>(RowPtr(rows[i + kPrefetchDistance]), dim * sizeof(float));
+        PrefetchBytes<0>(RowPtr(rows[i + kPrefetchDistance]), value_words() * sizeof(float));
       }
       if (rows[i] >= 0) {
-        std::memcpy(out + i * dim, RowPtr(rows[i]), dim * sizeof(float));
+        ReadValue(RowPtr(rows[i]), out + i * dim);
       } else {  // not admitted yet: the initializer's value, nothing stored
-        InitRows(config_.init, keys + i, dim, 0, 1, out + i * dim);
+        InitValue(keys[i], out + i * dim);
       }
     }
   });
@@ -213,7 +209,7 @@ void HashTable::RecordsForUpdate(const int64_t* keys, int64_t n, int64_t step, f
 void HashTable::Assign(int64_t key, const float* row, bool with_slots, int64_t step) {
   int64_t s = FindSlot(key);
   const int64_t r = s < 0 ? Insert(key) : slots_[s].row;
-  std::memcpy(RowPtr(r), row, (with_slots ? stride() : config_.dim) * sizeof(float));
+  WriteRow(row, with_slots, RowPtr(r));
   meta_[r].updated = step;
 }
 
@@ -237,7 +233,7 @@ void HashTable::AddSlots(const std::vector<float>& initial_values) {
       float* dst = chunks.back().get() + i * new_stride;
       std::memcpy(dst, chunks_[c].get() + i * old_stride, old_stride * sizeof(float));
       for (int s = old_slots; s < num_slots(); ++s) {
-        std::fill(dst + (s + 1) * config_.dim, dst + (s + 2) * config_.dim, slot_init_[s]);
+        std::fill(SlotPtr(dst, s), SlotPtr(dst, s) + config_.dim, slot_init_[s]);
       }
     }
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/core/cpu_gpu_rules.h"
+#include "kernels/core/half_rows.h"
 #include "kernels/core/row_init.h"
 
 namespace sok_lite {
@@ -25,6 +26,10 @@ struct TableConfig {
   int64_t capacity = 0;  // rows this table may hold; 0: unbounded
   EvictPolicy policy = EvictPolicy::kLru;
   int64_t min_count = 1;  // a key is stored from its min_count-th occurrence on
+  // Values stored in 16 bits (half_format) instead of float32; slots stay float32.
+  bool half_values = false;
+  HalfFormat half_format = HalfFormat::kBfloat16;
+  uint64_t rounding_seed = 0;  // bfloat16's stochastic rounding of updated rows
 };
 
 class HashTable {
@@ -35,8 +40,24 @@ class HashTable {
   int64_t size() const { return size_; }
   int num_slots() const { return static_cast<int>(slot_init_.size()); }
   int64_t step() const { return step_; }
-  // Floats per stored row: the value, then each slot.
-  int64_t stride() const { return config_.dim * (1 + num_slots()); }
+  // Floats per stored record: the value (dim floats, or dim 16-bit values packed two to a
+  // float for a 16-bit table), then each slot (dim floats). Only the conversions below know
+  // the value's layout; everything else moves records as blocks of stride() floats.
+  int64_t stride() const { return value_words() + config_.dim * num_slots(); }
+  // Floats per row as the conversions read and write it: the value, then each slot.
+  int64_t row_width() const { return config_.dim * (1 + num_slots()); }
+
+  // Record <-> float32 row conversions (kernels/core/hash_table_rows.cc). ReadValue: out[0, dim)
+  // = the value of `record`; ReadRow: out[0, dim or row_width()) = the value (and slots).
+  void ReadValue(const float* record, float* out) const;
+  void ReadRow(const float* record, bool with_slots, float* out) const;
+  // acc[0, dim) = w * value (first) or acc += w * value: a combine's step, widening as it reads.
+  void AccumulateValue(const float* record, float w, bool first, float* acc) const;
+  // record = row (dim floats, or row_width() with slots), 16-bit values rounded to nearest.
+  void WriteRow(const float* row, bool with_slots, float* record) const;
+  // record = row (row_width() floats) after an optimizer step at `step`: bfloat16 values round
+  // stochastically with bits drawn from (seed, step, key), so the same on any number of ranks.
+  void WriteUpdatedRow(const float* row, int64_t key, int64_t step, float* record) const;
 
   // Runs fn over disjoint ranges covering [0, n), possibly in parallel.
   using Runner = std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
@@ -59,16 +80,16 @@ class HashTable {
                             const float* weights, const float* scale, float* out, bool stream_out,
                             const Runner& run);
 
-  // Pointer to the stored row of key (value then slots), or null if the key is not stored.
+  // Pointer to the stored record of key (see stride()), or null if the key is not stored.
   float* Find(int64_t key);
 
-  // For an optimizer step: records[i] = the stored row of keys[i] (value then slots) or null,
+  // For an optimizer step: records[i] = the stored record of keys[i] (see stride()) or null,
   // probed through `run`; the found rows count as updated at optimizer step `step`. Keys must
   // be distinct.
   void RecordsForUpdate(const int64_t* keys, int64_t n, int64_t step, float** records,
                         const Runner& run);
 
-  // Stores key with `row` ([stride] floats, or [dim] with slots at their initial values),
+  // Stores key with `row` ([row_width()] floats, or [dim] with slots at their initial values),
   // replacing any existing row; the row counts as updated at optimizer step `step`.
   void Assign(int64_t key, const float* row, bool with_slots, int64_t step);
 
@@ -84,7 +105,7 @@ class HashTable {
   // Removes rows not seen during the last `steps_unseen` lookup steps; returns how many.
   int64_t EvictUnseen(int64_t steps_unseen);
 
-  // Calls fn(key, row pointer) for every stored row changed by an optimizer step or an assign
+  // Calls fn(key, record pointer) for every stored row changed by an optimizer step or an assign
   // after step `since_step` (INT64_MIN: every row; rows only ever looked up have never changed
   // and come back identical from the initializer).
   template <typename F>
@@ -140,6 +161,10 @@ class HashTable {
   std::string AdmitMissing(const int64_t* keys, std::vector<int64_t>* missing);
   void Erase(int64_t key);
   void Grow();
+  int64_t value_words() const { return config_.half_values ? (config_.dim + 1) / 2 : config_.dim; }
+  float* SlotPtr(float* record, int s) const { return record + value_words() + s * config_.dim; }
+  void InitRecord(int64_t key, float* record) const;  // initializer's value, slots' fills
+  void InitValue(int64_t key, float* out) const;      // [dim]: the value InitRecord stores
   float* RowPtr(int64_t r) { return chunks_[r / kChunkRows].get() + (r % kChunkRows) * stride(); }
   int64_t AllocateRow();
   std::string MakeRoom(int64_t needed);

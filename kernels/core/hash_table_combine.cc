@@ -2,6 +2,7 @@
 // per-sample combine. Each id's row is read where it is stored and combined straight into the
 // output: no deduplication of the ids and no [unique, dim] copy of the rows in between.
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -12,6 +13,36 @@
 #include "kernels/core/stream_store.h"
 
 namespace sok_lite {
+namespace {
+
+// CombineSample (same arithmetic, same order) over the records of a 16-bit table: each value is
+// widened as it is added, with no float32 copy of the row in between. record_of(k) is called
+// once for every k, in order, and gives the record of id k or null.
+template <typename RecordOf>
+bool CombineHalfSample(const HashTable& table, int64_t k0, int64_t k1, int64_t dim,
+                       const float* weights, float scale, bool stream_out, RecordOf record_of,
+                       float* acc, float* dst) {
+  bool complete = true;
+  for (int64_t k = k0; k < k1; ++k) {
+    const float* record = record_of(k);  // called even after a miss: it advances a pipeline
+    complete = complete && record;
+    if (complete) table.AccumulateValue(record, weights ? weights[k] : 1.0f, k == k0, acc);
+  }
+  if (!complete) return false;
+  if (k0 == k1) std::fill(acc, acc + dim, 0.0f);
+  if (scale != 1.0f) {
+    for (int64_t d = 0; d < dim; ++d) acc[d] *= scale;
+  }
+  if (stream_out) {
+    StreamRow(acc, dim, dst);
+  } else {
+    std::memcpy(dst, acc, dim * sizeof(float));
+  }
+  return true;
+}
+
+}  // namespace
+
 std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_splits, int64_t batch,
                                      const float* weights, const float* scale, float* out,
                                      bool stream_out, const Runner& run) {
@@ -34,6 +65,9 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
   // Only LFU eviction reads the per-step counts; without it a first sighting just stores the
   // step.
   const bool count = config_.capacity > 0 && config_.policy == EvictPolicy::kLfu;
+  // A 16-bit table's records are combined by CombineHalfSample, which widens as it adds.
+  const bool half = config_.half_values;
+  const uint64_t value_bytes = value_words() * sizeof(float);
   const int64_t step = step_;
   run(batch, [&](int64_t b0, int64_t b1) {
     const uint64_t first = row_splits[b0], end = row_splits[b1];
@@ -49,7 +83,7 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
       const int64_t r = s < 0 ? -1 : slots[s].row;
       rows[k % kRowAhead] = r;
       if (r >= 0) {
-        PrefetchBytes<0>(row_ptr(r), dim * sizeof(float));
+        PrefetchBytes<0>(row_ptr(r), value_bytes);
         __builtin_prefetch(&meta_[r], 0, 3);
       }
     };
@@ -77,8 +111,14 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
       return row_ptr(r);
     };
     for (int64_t b = b0; b < b1; ++b) {
-      CombineSample(row_splits[b], row_splits[b + 1], dim, weights, scale ? scale[b] : 1.0f,
-                    stream_out, row_of, acc.data(), out + b * dim);
+      const float s = scale ? scale[b] : 1.0f;
+      if (half) {
+        CombineHalfSample(*this, row_splits[b], row_splits[b + 1], dim, weights, s, stream_out,
+                          row_of, acc.data(), out + b * dim);
+      } else {
+        CombineSample(row_splits[b], row_splits[b + 1], dim, weights, s, stream_out, row_of,
+                      acc.data(), out + b * dim);
+      }
     }
     if (stream_out) StreamFence();
     std::lock_guard<std::mutex> lock(mu);
@@ -102,17 +142,24 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
   const std::string problem = AdmitMissing(keys, &missing);
   if (!problem.empty()) return problem;
   run(redo.size(), [&](int64_t j0, int64_t j1) {
-    std::vector<float> acc(dim), init(dim);
+    std::vector<float> acc(dim), init(stride);
     const auto row_of = [&](int64_t k) -> const float* {
       const int64_t s = FindSlot(keys[k]);
       if (s >= 0) return RowPtr(slots_[s].row);
-      InitRows(config_.init, keys + k, dim, 0, 1, init.data());  // not admitted: nothing stored
+      // Not admitted: nothing stored; the record it would get (a float32 table: its value).
+      InitRecord(keys[k], init.data());
       return init.data();
     };
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t b = redo[j];
-      CombineSample(row_splits[b], row_splits[b + 1], dim, weights, scale ? scale[b] : 1.0f,
-                    stream_out, row_of, acc.data(), out + b * dim);
+      const float s = scale ? scale[b] : 1.0f;
+      if (half) {
+        CombineHalfSample(*this, row_splits[b], row_splits[b + 1], dim, weights, s, stream_out,
+                          row_of, acc.data(), out + b * dim);
+      } else {
+        CombineSample(row_splits[b], row_splits[b + 1], dim, weights, s, stream_out, row_of,
+                      acc.data(), out + b * dim);
+      }
     }
     if (stream_out) StreamFence();
   });

@@ -66,8 +66,26 @@ absl::Status DynamicApplyFunctor<CPUDevice>::Compute(OpKernelContext* ctx, Dynam
   };
   std::vector<float*> records(u);
   table.RecordsForUpdate(k, u, step, records.data(), run);
-  ParallelFor(ctx, u, 40 * dim * (1 + table.num_slots()), [&](int64_t i0, int64_t i1) {
-    ApplyRowRecords(kind, hyper, dim, table.num_slots(), records.data(), g, i0, i1);
+  if (!table.config().half_values) {
+    ParallelFor(ctx, u, 40 * dim * (1 + table.num_slots()), [&](int64_t i0, int64_t i1) {
+      ApplyRowRecords(kind, hyper, dim, table.num_slots(), records.data(), g, i0, i1);
+    });
+    return absl::OkStatus();
+  }
+  // 16-bit values: each range widens its rows into float32 scratch, steps them there and
+  // narrows them back (the optimizer math is float32's).
+  const int64_t width = table.row_width();
+  std::vector<float*> wide(u);
+  ParallelFor(ctx, u, 60 * dim * (1 + table.num_slots()), [&](int64_t i0, int64_t i1) {
+    std::vector<float> scratch((i1 - i0) * width);
+    for (int64_t i = i0; i < i1; ++i) {
+      wide[i] = records[i] ? scratch.data() + (i - i0) * width : nullptr;
+      if (records[i]) table.ReadRow(records[i], true, wide[i]);
+    }
+    ApplyRowRecords(kind, hyper, dim, table.num_slots(), wide.data(), g, i0, i1);
+    for (int64_t i = i0; i < i1; ++i) {
+      if (records[i]) table.WriteUpdatedRow(wide[i], k[i], step, records[i]);
+    }
   });
   return absl::OkStatus();
 }
@@ -85,9 +103,9 @@ absl::Status DynamicExportFunctor<CPUDevice>::Export(OpKernelContext*, DynamicTa
                                                      int64_t* keys, float* values) {
   const int64_t width = with_slots ? t->stride() : t->dim();
   int64_t i = 0;
-  t->table.ForEach(since, [&](int64_t key, const float* row) {
+  t->table.ForEach(since, [&](int64_t key, const float* record) {
     keys[i] = key;
-    std::copy(row, row + width, values + i * width);
+    t->table.ReadRow(record, with_slots, values + i * width);
     ++i;
   });
   return absl::OkStatus();

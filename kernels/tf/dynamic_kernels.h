@@ -3,8 +3,8 @@
 // live here once. The table resource and the arithmetic differ by device: DynamicTableTraits
 // names the resource (DynamicTableResource in kernels/tf/dynamic_kernels.cc,
 // DynamicTableGpuResource in kernels/tf_gpu/dynamic_table_gpu.h) and the functors below are
-// defined per device. Both resources offer mu, dim(), num_slots(), stride(), AddSlots and
-// SetSlotInit.
+// defined per device. Both resources offer mu, dim(), num_slots(), stride() (float32 columns of
+// a row with its slots, as export and assign carry it), AddSlots and SetSlotInit.
 #ifndef SOK_LITE_KERNELS_TF_DYNAMIC_KERNELS_H_
 #define SOK_LITE_KERNELS_TF_DYNAMIC_KERNELS_H_
 
@@ -113,6 +113,9 @@ class DynamicTableOp : public tensorflow::OpKernel {
       OP_REQUIRES(ctx, config_.min_count <= 1,
                   errors::InvalidArgument(label, ": min_count ", config_.min_count,
                                           " admission is CPU-only; create this table on the CPU"));
+      OP_REQUIRES(ctx, !config_.half_values,
+                  errors::InvalidArgument(
+                      label, ": 16-bit storage is CPU-only; create this table on the CPU"));
     }
   }
 

@@ -52,6 +52,8 @@ REGISTER_OP("SokLiteDynamicTable")
     .Attr("capacity: int = 0")
     .Attr("policy: {'lru', 'lfu'} = 'lru'")
     .Attr("min_count: int = 1")
+    .Attr("storage_dtype: {float, bfloat16, half} = DT_FLOAT")
+    .Attr("rounding_seed: int = 0")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
@@ -60,6 +62,9 @@ Creates (or finds, by shared_name) the hash table of a DynamicVariable on this r
 init_kind, seed, init_a, init_b: the row initializer (SokLiteInitRows) applied to the key.
 capacity: rows this rank may hold (0: unbounded); policy: which rows to evict when full.
 min_count: a key gets a stored, trainable row from its min_count-th lookup on.
+storage_dtype: the values' storage (bfloat16, half: 16 bits, CPU only; rows are read and
+  written as float32 and optimizer slots stay float32). rounding_seed: with the optimizer step
+  and the key, draws bfloat16's stochastic rounding of updated rows.
 )doc");
 
 REGISTER_OP("SokLiteDynamicLookup")

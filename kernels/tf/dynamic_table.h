@@ -24,7 +24,7 @@ class DynamicTableResource : public tensorflow::ResourceBase {
   // table; all require mu.
   int64_t dim() const { return table.config().dim; }
   int num_slots() const { return table.num_slots(); }
-  int64_t stride() const { return table.stride(); }
+  int64_t stride() const { return table.row_width(); }  // float32 columns, not the record
   absl::Status AddSlots(tensorflow::OpKernelContext*, const std::vector<float>& initial_values) {
     table.AddSlots(initial_values);
     return absl::OkStatus();

@@ -45,7 +45,7 @@ inline absl::Status ReadRowWidth(tensorflow::OpKernelConstruction* ctx, int64_t 
   return absl::OkStatus();
 }
 
-// SokLiteDynamicTable's attributes: row width, initializer and policies.
+// SokLiteDynamicTable's attributes: row width, initializer, policies and value storage.
 inline absl::Status ReadTableConfig(tensorflow::OpKernelConstruction* ctx, TableConfig* config) {
   std::string policy;
   TF_RETURN_IF_ERROR(ReadRowWidth(ctx, int64_t{1} << 20, &config->dim));
@@ -54,6 +54,14 @@ inline absl::Status ReadTableConfig(tensorflow::OpKernelConstruction* ctx, Table
   TF_RETURN_IF_ERROR(ctx->GetAttr("policy", &policy));
   TF_RETURN_IF_ERROR(ctx->GetAttr("min_count", &config->min_count));
   config->policy = policy == "lfu" ? EvictPolicy::kLfu : EvictPolicy::kLru;
+  tensorflow::DataType storage;
+  int64_t rounding_seed = 0;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("storage_dtype", &storage));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("rounding_seed", &rounding_seed));
+  config->half_values = storage != tensorflow::DT_FLOAT;
+  config->half_format =
+      storage == tensorflow::DT_HALF ? HalfFormat::kFloat16 : HalfFormat::kBfloat16;
+  config->rounding_seed = static_cast<uint64_t>(rounding_seed);
   return absl::OkStatus();
 }
 

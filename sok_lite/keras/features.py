@@ -11,9 +11,13 @@ import tensorflow as tf
 from sok_lite.initializers import computes_per_row
 from sok_lite.lookup import COMBINERS
 from sok_lite.placement import Placement
+from sok_lite.table_dtypes import HALF_DTYPES
 
 EVICT_POLICIES = ("lru", "lfu")
 KEY_DTYPES = ("int32", "int64")
+# Storage dtypes of a fixed-size table; a hash table stores all but float64.
+STORAGE_DTYPES = ("float32", "float64", "bfloat16", "float16")
+HASH_STORAGE_DTYPES = ("float32", "bfloat16", "float16")
 # The hash-table settings and their defaults: a fixed-size table takes none of them.
 HASH_TABLE_DEFAULTS = {
     "capacity": None,
@@ -52,8 +56,8 @@ class FeatureSpec:
         table computes each new row from (key, seed): it takes RandomNormal, TruncatedNormal,
         RandomUniform, Zeros, Ones and Constant, a number, or SOK's "random".
       table: the table name; features with the same table name share one table (they must
-        agree on every table field: input_dim, output_dim, initializer, mode and the hash-table
-        settings). Default: the feature name.
+        agree on every table field: input_dim, output_dim, initializer, mode, storage_dtype and
+        the hash-table settings). Default: the feature name.
       hotness: the most ids a sample may have (a longer sample is an error); None: no limit.
       pad_value: for dense [batch, k] inputs, the id that marks an empty slot (dropped); None:
         every entry is an id. For a hash table the pad value is therefore not a usable key.
@@ -64,6 +68,12 @@ class FeatureSpec:
       min_count: hash tables only: a key gets a stored, trainable row from its min_count-th
         lookup on (before that it reads the initializer's value).
       key_dtype: hash tables only: "int64" (default) or "int32", the dtype of the keys.
+      storage_dtype: the dtype the table stores its rows in: "float32", "bfloat16" or
+        "float16" (16 bits: half the memory; lookups, gradients and optimizer math stay
+        float32, see docs/user_guide.md "16-bit tables"), or "float64" (fixed-size tables
+        only). None (default): the layer's variable dtype, float32 under the default and the
+        mixed_bfloat16 / mixed_float16 policies. The layer's output is its compute dtype
+        whatever the storage.
       weight_feature: the key of the input dict entry that holds one float weight per id (as
         TF's weighted_categorical_column), laid out exactly like the ids: the same ragged or
         sparse structure, or the same dense [batch, k] shape (entries whose id is pad_value
@@ -72,10 +82,11 @@ class FeatureSpec:
         gradient. None: every id weighs 1.
 
     Raises:
-      ValueError: naming the feature, for an unknown combiner, mode, evict_policy or
-        key_dtype, non-positive dimensions, capacity or min_count, hash-table settings on a
-        fixed-size feature, an initializer a hash table cannot compute per key, or a
-        weight_feature that is not a non-empty name other than the feature's.
+      ValueError: naming the feature, for an unknown combiner, mode, evict_policy,
+        key_dtype or storage_dtype (float64 for a hash table), non-positive dimensions,
+        capacity or min_count, hash-table settings on a fixed-size feature, an initializer
+        a hash table cannot compute per key, or a weight_feature that is not a non-empty
+        name other than the feature's.
     """
 
     name: str
@@ -92,6 +103,7 @@ class FeatureSpec:
     min_count: int = 1
     key_dtype: str = "int64"
     weight_feature: str | None = None
+    storage_dtype: str | None = None
 
     def __post_init__(self):
         label = f"feature {self.name!r}"
@@ -110,6 +122,8 @@ class FeatureSpec:
         self._check_weight_feature(label)
         # A tf.DType is accepted and kept by name, so that the config stays JSON.
         object.__setattr__(self, "key_dtype", _key_dtype_name(self.key_dtype, label))
+        storage = _storage_dtype_name(self.storage_dtype, self.hashed, label)
+        object.__setattr__(self, "storage_dtype", storage)
         if self.hashed:
             self._check_hash_table(label)
         else:
@@ -177,6 +191,39 @@ class FeatureSpec:
         return spec if isinstance(spec, cls) else cls(**spec)
 
 
+def _storage_dtype_name(storage_dtype, hashed: bool, label: str) -> str | None:
+    """The storage dtype by name (None stays None: the layer's variable dtype)."""
+    if storage_dtype is None:
+        return None
+    try:
+        name = tf.as_dtype(storage_dtype).name
+    except TypeError:
+        name = repr(storage_dtype)
+    allowed = HASH_STORAGE_DTYPES if hashed else STORAGE_DTYPES
+    if name not in allowed:
+        kind = "a hash table" if hashed else "a table"
+        raise ValueError(f"{label}: storage_dtype of {kind} must be one of {allowed}, got {name}")
+    return name
+
+
+def table_dtype(spec: "TableSpec", variable_dtype, compute_dtype) -> tf.DType:
+    """The dtype a table of `spec` is created in, for a layer of these dtypes.
+
+    Raises:
+      ValueError: naming the table, for a float64 table under a 16-bit compute dtype (a
+        mixed_bfloat16 / mixed_float16 policy): its rows would be computed in 16 bits and
+        stored in 64, which is a mistake rather than a choice.
+    """
+    dtype = tf.as_dtype(spec.storage_dtype or variable_dtype)
+    if dtype == tf.float64 and tf.as_dtype(compute_dtype) in HALF_DTYPES:
+        raise ValueError(
+            f"table {spec.name!r}: a float64 table under a {tf.as_dtype(compute_dtype).name} "
+            "compute dtype (a mixed precision policy); store it in float32, bfloat16 or "
+            "float16 (storage_dtype), or use a float64 policy"
+        )
+    return dtype
+
+
 def _key_dtype_name(key_dtype, label: str) -> str:
     try:
         name = tf.as_dtype(key_dtype).name
@@ -200,6 +247,7 @@ class TableSpec:
     evict_policy: str = "lru"
     min_count: int = 1
     key_dtype: str = "int64"
+    storage_dtype: str | None = None
 
     @classmethod
     def of(cls, feature: FeatureSpec, name: str | None = None) -> "TableSpec":
@@ -214,6 +262,7 @@ class TableSpec:
             feature.evict_policy,
             feature.min_count,
             feature.key_dtype,
+            feature.storage_dtype,
         )
 
     @property
@@ -222,7 +271,7 @@ class TableSpec:
 
 
 def _same_table(a: FeatureSpec, b: FeatureSpec) -> bool:
-    fields = ("input_dim", "output_dim", "mode", *HASH_TABLE_DEFAULTS)
+    fields = ("input_dim", "output_dim", "mode", "storage_dtype", *HASH_TABLE_DEFAULTS)
     return all(getattr(a, f) == getattr(b, f) for f in fields) and (
         serialize_initializer(a.initializer) == serialize_initializer(b.initializer)
     )
@@ -251,7 +300,8 @@ def table_specs(features: Sequence[FeatureSpec]) -> list[TableSpec]:
         if not _same_table(owner, f):
             raise ValueError(
                 f"features {owner.name!r} and {f.name!r} share table {f.table_name!r} but "
-                "differ in input_dim, output_dim, initializer, mode or the hash-table settings "
+                "differ in input_dim, output_dim, initializer, mode, storage_dtype or the "
+                "hash-table settings "
                 "(capacity, evict_policy, min_count, key_dtype)"
             )
     return [TableSpec.of(f, name) for name, f in first_use.items()]

@@ -21,6 +21,7 @@ from sok_lite.keras.features import (
     TableSpec,
     check_weight_features,
     serialize_initializer,
+    table_dtype,
     table_specs,
 )
 from sok_lite.keras.inputs import as_id_lists, as_weighted_id_lists, check_weight_spec
@@ -46,7 +47,8 @@ class _TableLayer(keras.layers.Layer):
     def _create_table(self, spec: TableSpec, name: str) -> Variable | DynamicVariable:
         # build() may run while Keras traces a function; the table must outlive that graph.
         with tf.init_scope():
-            table = create_table(spec, name, self.variable_dtype, self.trainable)
+            dtype = table_dtype(spec, self.variable_dtype, self.compute_dtype)
+            table = create_table(spec, name, dtype, self.trainable)
         track_table(self, table)
         return table
 
@@ -202,6 +204,8 @@ class Embedding(_TableLayer):
         dropped. None (the default): every entry of a dense input is an id.
       capacity, evict_policy, min_count, key_dtype: hash tables only, as in
         sok_lite.keras.FeatureSpec (and sok_lite.DynamicVariable).
+      storage_dtype: the table's storage dtype, as in sok_lite.keras.FeatureSpec (None: the
+        layer's variable dtype).
       weighted: if True, the layer is called on (ids, weights): one float weight per id, laid
         out like the ids (as FeatureSpec's weight_feature).
       **kwargs: keras.layers.Layer arguments (name, trainable, dtype).
@@ -216,7 +220,8 @@ class Embedding(_TableLayer):
       A [batch, output_dim] tensor of the layer's compute dtype.
 
     Raises:
-      ValueError: for a bad combiner, mode, dimension or hash-table setting, non-integer ids,
+      ValueError: for a bad combiner, mode, dimension, storage dtype or hash-table setting, a
+        float64 table under a 16-bit compute policy (at build), non-integer ids,
         or (weighted) an input that is not (ids, weights), non-float weights or weights laid
         out unlike the ids.
       tf.errors.InvalidArgumentError: for an id outside [0, input_dim), a sample longer than
@@ -249,6 +254,7 @@ class Embedding(_TableLayer):
         evict_policy: str = "lru",
         min_count: int = 1,
         key_dtype: str = "int64",
+        storage_dtype: str | None = None,
         weighted: bool = False,
         **kwargs,
     ):
@@ -267,6 +273,7 @@ class Embedding(_TableLayer):
             evict_policy=evict_policy,
             min_count=min_count,
             key_dtype=key_dtype,
+            storage_dtype=storage_dtype,
         )
 
     input_dim = property(lambda self: self.feature.input_dim)
@@ -280,6 +287,7 @@ class Embedding(_TableLayer):
     evict_policy = property(lambda self: self.feature.evict_policy)
     min_count = property(lambda self: self.feature.min_count)
     key_dtype = property(lambda self: self.feature.key_dtype)
+    storage_dtype = property(lambda self: self.feature.storage_dtype)
 
     def build(self, input_shape=None):
         self.embeddings = self._create_table(TableSpec.of(self.feature), "embeddings")
@@ -316,6 +324,7 @@ class Embedding(_TableLayer):
             evict_policy=f.evict_policy,
             min_count=f.min_count,
             key_dtype=f.key_dtype,
+            storage_dtype=f.storage_dtype,
             weighted=self.weighted,
         )
         return config

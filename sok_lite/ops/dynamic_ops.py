@@ -7,8 +7,19 @@ from sok_lite.ops import lookup_ops
 from sok_lite.ops.op_inputs import inputs_by_name
 
 
-def create_table(shared_name, dim, init, capacity=0, policy="lru", min_count=1):
-    """The resource handle of this rank's hash table (created on first call)."""
+def create_table(
+    shared_name,
+    dim,
+    init,
+    capacity=0,
+    policy="lru",
+    min_count=1,
+    storage_dtype=tf.float32,
+    rounding_seed=0,
+):
+    """The resource handle of this rank's hash table (created on first call). storage_dtype:
+    the values' dtype (float32, bfloat16 or float16); rounding_seed: bfloat16's stochastic
+    rounding of updated rows."""
     return _ops().sok_lite_dynamic_table(
         shared_name=shared_name,
         dim=dim,
@@ -19,6 +30,8 @@ def create_table(shared_name, dim, init, capacity=0, policy="lru", min_count=1):
         capacity=capacity,
         policy=policy,
         min_count=min_count,
+        storage_dtype=storage_dtype,
+        rounding_seed=rounding_seed,
     )
 
 

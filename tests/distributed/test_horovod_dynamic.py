@@ -1,5 +1,7 @@
-"""DynamicVariable on 2 Horovod ranks equals 1 rank: initial rows, and after 50 Adam steps."""
+"""DynamicVariable on 2 Horovod ranks equals 1 rank: initial rows, and after 50 Adam steps; a
+bfloat16 table bit for bit (its stochastic rounding draws from the key, not the rank)."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -31,5 +33,23 @@ def test_dynamic_table_on_two_ranks_equals_one(tmp_path, steps):
     for key in a:
         # Summation order of gradients differs between 1 and 2 ranks: float32 round-off.
         np.testing.assert_allclose(b[key], a[key], rtol=1e-5, atol=1e-6, err_msg=f"key {key}")
+    per_rank = [len(np.load(two / f"arrays{r}.npz")["keys"]) for r in range(2)]
+    assert min(per_rank) > 0, f"keys not spread over ranks: {per_rank}"
+
+
+def test_bfloat16_dynamic_table_on_two_ranks_equals_one_bit_for_bit(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    run_ranks("dynamic_worker.py", 1, one, "20", "bfloat16")
+    run_ranks("dynamic_worker.py", 2, two, "20", "bfloat16")
+    a, b = merged(one, 1), merged(two, 2)
+    assert sorted(a) == sorted(b) and len(a) >= 6
+    for key in a:
+        # Integer-valued gradients: the float32 math, and so the rounding, agree exactly.
+        np.testing.assert_array_equal(b[key], a[key], err_msg=f"key {key}")
+        value = a[key][:5]
+        np.testing.assert_array_equal(value, value.astype(ml_dtypes.bfloat16).astype(np.float32))
+    assert all(a[key].shape == (15,) for key in a)  # value, then Adam's two float32 slots
     per_rank = [len(np.load(two / f"arrays{r}.npz")["keys"]) for r in range(2)]
     assert min(per_rank) > 0, f"keys not spread over ranks: {per_rank}"

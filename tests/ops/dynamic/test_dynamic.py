@@ -210,7 +210,7 @@ def test_int32_keys():
     [
         ({"dimension": 0}, "positive int"),
         ({"dimension": 4, "key_dtype": tf.float32}, "key_dtype"),
-        ({"dimension": 4, "dtype": tf.float64}, "float32 rows"),
+        ({"dimension": 4, "dtype": tf.float64}, "float32, bfloat16 or float16 rows"),
         ({"dimension": 4, "initializer": keras.initializers.Orthogonal()}, "per key"),
         ({"dimension": 4, "capacity": 0}, "capacity"),
         ({"dimension": 4, "evict_policy": "fifo"}, "evict_policy"),

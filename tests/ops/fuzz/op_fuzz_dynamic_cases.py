@@ -49,6 +49,9 @@ def table_spec(draw) -> dict:
         "capacity": draw(st.sampled_from([0, 4, 1, -1, 2**62])),
         "policy": draw(st.sampled_from(["lru", "lfu"])),
         "min_count": draw(st.sampled_from([1, 2, 0, -3, 2**62])),
+        # 16-bit values: every op's record conversions (packed halves, odd dims) fuzzed too.
+        "storage_dtype": draw(st.sampled_from(["float32", "bfloat16", "float16"])),
+        "rounding_seed": draw(ints()),
     }
 
 
