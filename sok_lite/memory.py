@@ -21,9 +21,12 @@ import re
 import numpy as np
 import tensorflow as tf
 
+from sok_lite import comm
+from sok_lite.dynamic import DynamicVariable
+from sok_lite.ops import dynamic_ops
 from sok_lite.optimizer_rules import rule_for, unwrap
 from sok_lite.placement import Placement
-from sok_lite.slots import opt_slots
+from sok_lite.slots import opt_slots, stepped_row_wise
 from sok_lite.table_dtypes import check_table_dtype, row_dtype
 
 # kernels/core/hash_table.h
@@ -331,13 +334,11 @@ def _table_label(table) -> str:
 
 def _static_slot_bytes(table, optimizer) -> tuple[int, int]:
     """(slots, bytes) of the optimizer state held beside static table `table`."""
-    from sok_lite import slots as slot_store
-
     if optimizer is None:
         return 0, 0
     held = list(opt_slots(optimizer, table).values())
     total = sum(int(np.prod(s.shape)) * s.dtype.size for s in held)
-    if slot_store.stepped_row_wise(optimizer, table):
+    if stepped_row_wise(optimizer, table):
         total += int(table.shape[0]) * 8  # the step that last changed each row
     return len(held), total
 
@@ -345,8 +346,6 @@ def _static_slot_bytes(table, optimizer) -> tuple[int, int]:
 def _dynamic_estimate(table, optimizer) -> dict:
     """memory_stats of a RAM-only hash table without counters: from its local row count and
     the slots its optimizer lays out."""
-    from sok_lite.ops import dynamic_ops
-
     rows = int(dynamic_ops.size(table.handle))
     slots = num_slots(optimizer) if optimizer is not None else 0
     return {
@@ -364,8 +363,6 @@ def _dynamic_estimate(table, optimizer) -> dict:
 
 def table_memory(table, optimizer=None) -> dict:
     """One row of memory_report for `table` on this rank (see memory_report)."""
-    from sok_lite.dynamic import DynamicVariable
-
     hashed = isinstance(table, DynamicVariable)
     measured = hasattr(table, "memory_stats")
     stats = dict(table.memory_stats()) if measured else _dynamic_estimate(table, optimizer)
@@ -389,18 +386,12 @@ def table_memory(table, optimizer=None) -> dict:
     return {
         "name": _table_label(table),
         "kind": "hash" if hashed else "static",
-        "rank": _rank(),
+        "rank": comm.current().rank,
         **{k: (None if stats[k] is None else int(stats[k])) for k in STAT_KEYS},
         "hit_rate": hit_rate,
         "slots": slots,
         "source": "measured" if measured else "estimated",
     }
-
-
-def _rank() -> int:
-    from sok_lite import comm
-
-    return comm.current().rank
 
 
 class MemoryReport(list):
