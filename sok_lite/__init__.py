@@ -5,6 +5,7 @@ from sok_lite.checkpoint import CheckpointError, dump, load
 from sok_lite.comm import init, num_ranks, rank
 from sok_lite.dynamic import DynamicVariable
 from sok_lite.lookup import lookup_sparse
+from sok_lite.memory import MemoryPlan, MemoryReport, TableSpec, memory_report, plan_memory
 from sok_lite.optimizer import (
     OptimizerScope,
     OptimizerWrapper,
@@ -48,6 +49,11 @@ __all__ = [
     "load",
     "CheckpointError",
     "export_saved_model",
+    "memory_report",
+    "plan_memory",
+    "MemoryReport",
+    "MemoryPlan",
+    "TableSpec",
     "optimizers",
     "keras",
     "Init",

@@ -240,6 +240,23 @@ class Variable(ResourceVariable, TableKind):
     def local_ids(self, ids, num_ranks):
         return ids if self._placement.kind == "localized" else _row_owner(ids, num_ranks)[1]
 
+    def memory_stats(self) -> dict:
+        """This rank's rows and their bytes, all in RAM (optimizer slots are separate
+        variables: sok_lite.memory_report adds them). Lookups are not counted: hits and
+        misses are 0, as are the disk fields."""
+        rows = int(self.shape[0])
+        return {
+            "rows_ram": rows,
+            "rows_disk": 0,
+            "bytes_ram": rows * int(self.shape[1]) * self.dtype.size,
+            "bytes_disk": 0,
+            "ram_budget": None,
+            "hits": 0,
+            "misses": 0,
+            "spills": 0,
+            "evictions": 0,
+        }
+
     def held_ids(self) -> tf.Tensor:
         """The global ids of this rank's rows, in local order."""
         communicator = comm.current()

@@ -2,6 +2,13 @@
 
 from sok_lite.keras.features import FeatureSpec
 from sok_lite.keras.layers import Embedding, EmbeddingCollection
+from sok_lite.keras.memory_callback import MemoryReportCallback
 from sok_lite.keras.optimizer import OptimizerWrapper
 
-__all__ = ["Embedding", "EmbeddingCollection", "FeatureSpec", "OptimizerWrapper"]
+__all__ = [
+    "Embedding",
+    "EmbeddingCollection",
+    "FeatureSpec",
+    "MemoryReportCallback",
+    "OptimizerWrapper",
+]

@@ -1,0 +1,286 @@
+"""sok.plan_memory and sok.memory_report against independent references: NumPy arrays of the
+same rows and slots, a re-implementation of the hash index's growth rule, rule_for's slots,
+and the RSS a fresh process grows by when it creates and trains a table."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import sok_lite as sok
+from sok_lite import memory
+from sok_lite.optimizer_rules import rule_for
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_static_plan_equals_numpy_arrays_of_the_shard_and_slots():
+    rows, dim, ranks = 1001, 24, 3
+    plan = sok.plan_memory([{"rows": rows, "dim": dim, "name": "t"}], "adam", num_ranks=ranks)
+    for rank in range(ranks):
+        local = len(range(rank, rows, ranks))
+        shard = np.zeros([local, dim], np.float32)
+        step_of_row = np.zeros([local], np.int64)
+        expected = shard.nbytes * 3 + step_of_row.nbytes  # value, m, v, last update step
+        assert plan.bytes_per_rank[rank] == expected, (rank, plan)
+
+
+@pytest.mark.parametrize(
+    "dtype, numpy_dtype, slot_dtype",
+    [("bfloat16", np.float16, np.float32), ("float16", np.float16, np.float32),
+     ("float64", np.float64, np.float64)],
+)  # fmt: skip
+def test_16_and_64_bit_tables_keep_slots_in_their_row_dtype(dtype, numpy_dtype, slot_dtype):
+    plan = sok.plan_memory([{"rows": 100, "dim": 8, "dtype": dtype}], "adagrad")
+    expected = np.zeros([100, 8], numpy_dtype).nbytes + np.zeros([100, 8], slot_dtype).nbytes
+    assert plan.bytes_per_rank == [expected + 100 * 8]
+
+
+def test_localized_table_lives_on_its_rank_only():
+    plan = sok.plan_memory([{"rows": 10, "dim": 4, "mode": "localized:1"}], None, num_ranks=3)
+    assert plan.bytes_per_rank == [0, 10 * 4 * 4, 0]
+
+
+def _index_slots_by_inserting(n: int) -> int:
+    """The index size after n inserts, replaying hash_table.cc's rule insert by insert."""
+    slots, size = 16, 0
+    for _ in range(n):
+        if (size + 1) * 4 > slots * 3:
+            slots *= 2
+        size += 1
+    return slots
+
+
+@pytest.mark.parametrize("n", [0, 1, 12, 13, 24, 25, 1000, 3073, 50_000])
+def test_hash_index_size_follows_the_insert_rule(n):
+    assert memory.hash_index_slots(n) == _index_slots_by_inserting(n)
+
+
+def test_hash_plan_counts_chunks_metadata_and_index():
+    keys, dim = 5000, 16
+    plan = sok.plan_memory([{"rows": keys, "dim": dim, "kind": "hash"}], "ftrl", num_ranks=2)
+    local = 2500
+    chunks = np.zeros([3 * 1024, dim * 3], np.float32)  # 2,500 rows in chunks of 1,024
+    expected = chunks.nbytes + local * 32 + (local + 7) // 8 + 4096 * 16
+    assert plan.bytes_per_rank == [expected, expected]
+    capped = sok.plan_memory([{"rows": keys, "dim": dim, "kind": "hash", "capacity": 2000}])
+    assert capped[0]["rows_ram"] == 2000
+
+
+def test_ram_budget_bounds_ram_and_sends_the_rest_to_disk():
+    spec = {"rows": 100_000, "dim": 64, "kind": "hash", "name": "big", "ram_budget": "8MiB"}
+    entry = sok.plan_memory([spec], "adam")[0]
+    assert entry["bytes_ram"] == 8 * 2**20
+    assert 0 < entry["rows_ram"] < 100_000
+    assert entry["rows_ram"] + entry["rows_disk"] == 100_000
+    assert entry["bytes_disk"] == entry["rows_disk"] * (8 + 64 * 3 * 4 + 32)
+    roomy = sok.plan_memory([dict(spec, ram_budget=2**40)], "adam")[0]
+    assert roomy["rows_disk"] == 0 and roomy["bytes_ram"] < 2**40
+
+
+@pytest.mark.parametrize(
+    "name, optimizer",
+    [
+        ("sgd", keras.optimizers.SGD()),
+        ("momentum", keras.optimizers.SGD(momentum=0.9)),
+        ("nesterov", keras.optimizers.SGD(momentum=0.9, nesterov=True)),
+        ("adagrad", keras.optimizers.Adagrad()),
+        ("rmsprop", keras.optimizers.RMSprop()),
+        ("adam", keras.optimizers.Adam()),
+        ("adamw", keras.optimizers.AdamW()),
+        ("amsgrad", keras.optimizers.Adam(amsgrad=True)),
+        ("adamax", keras.optimizers.Adamax()),
+        ("adadelta", keras.optimizers.Adadelta()),
+        ("ftrl", keras.optimizers.Ftrl()),
+    ],
+)
+def test_slot_counts_by_name_match_the_row_wise_rules(name, optimizer):
+    assert memory.OPTIMIZER_SLOTS[name] == len(rule_for(optimizer).slots)
+    assert memory.num_slots(optimizer) == memory.num_slots(name.upper())
+
+
+@pytest.mark.parametrize(
+    "spec, kwargs, message",
+    [
+        ({"rows": 10, "dim": 0, "name": "emb"}, {}, "'emb': dim must be > 0"),
+        ({"rows": -1, "dim": 4, "name": "emb"}, {}, "'emb': rows"),
+        ({"rows": 10, "dim": 4, "kind": "tree", "name": "emb"}, {}, "'emb': kind"),
+        ({"rows": 10, "dim": 4, "kind": "hash", "dtype": "bfloat16"}, {}, "'table 0'"),
+        ({"rows": 10, "dim": 4, "dtype": "int8", "name": "emb"}, {}, "'emb'"),
+        ({"rows": 10, "dim": 4, "mode": "local"}, {}, "mode"),
+        ({"rows": 10, "dim": 4, "ram_budget": "2 parsecs"}, {}, "not a size"),
+        ({"rows": 10, "dim": 4}, {"optimizer": "lion"}, "unknown optimizer 'lion'"),
+        ({"rows": 10, "dim": 4}, {"num_ranks": 0}, "num_ranks"),
+    ],
+)
+def test_bad_specs_are_value_errors_naming_the_table(spec, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        sok.plan_memory([spec], **kwargs)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("2GiB", 2 * 2**30), ("512MiB", 512 * 2**20), ("1.5GB", 1_500_000_000), (4096, 4096)],
+)
+def test_parse_bytes(text, expected):
+    assert memory.parse_bytes(text) == expected
+
+
+def _ids(keys) -> tf.RaggedTensor:
+    return tf.RaggedTensor.from_tensor(tf.reshape(tf.constant(keys, tf.int64), [-1, 1]))
+
+
+def _train(table, optimizer, keys):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(sok.lookup_sparse(table, _ids(keys)) ** 2)
+    grads = tape.gradient(loss, [table])
+    with sok.OptimizerScope([table]):
+        optimizer.apply_gradients(zip(grads, [table]))
+
+
+def test_report_of_a_static_table_counts_its_slot_variables():
+    table = sok.Variable(np.ones([50, 6]), dtype=tf.float32, name="users")
+    optimizer = keras.optimizers.Adam(0.1)
+    before = sok.memory_report([table], optimizer)[0]
+    assert before["bytes_ram"] == table.numpy().nbytes and before["slots"] == 0
+    _train(table, optimizer, [1, 2, 2, 7])
+    entry = sok.memory_report(table, optimizer)[0]
+    slots = sok.opt_slots(optimizer, table)
+    expected = table.numpy().nbytes + sum(s.numpy().nbytes for s in slots.values()) + 50 * 8
+    assert entry["bytes_ram"] == expected
+    assert entry["bytes_ram"] == sok.plan_memory([{"rows": 50, "dim": 6}], "adam")[0]["bytes_ram"]
+    summary = (entry["name"], entry["kind"], entry["rows_ram"], entry["slots"])
+    assert summary == ("users", "static", 50, 2)
+    assert (entry["rows_disk"], entry["bytes_disk"], entry["hit_rate"]) == (0, 0, 1.0)
+    assert entry["source"] == "measured"
+    assert "users" in str(sok.memory_report(table, optimizer))
+
+
+def test_report_of_a_hash_table_is_its_row_count_in_the_table_layout():
+    table = sok.DynamicVariable(8, name="clicks")
+    optimizer = keras.optimizers.Adagrad(0.1)
+    keys = np.arange(3000) * 7919
+    _train(table, optimizer, keys)
+    entry = sok.memory_report([table], optimizer)[0]
+    stored, rows = table.export(with_slots=True)
+    assert entry["rows_ram"] == len(stored.numpy()) == 3000
+    assert rows.shape[1] == 8 * (1 + entry["slots"])
+    assert entry["bytes_ram"] == memory.hash_table_bytes(3000, 8, 1)
+    assert entry["kind"] == "hash" and entry["source"] == "estimated"
+    spec = {"rows": 3000, "dim": 8, "kind": "hash"}
+    assert entry["bytes_ram"] == sok.plan_memory([spec], "adagrad")[0]["bytes_ram"]
+
+
+class _TieredTable:
+    """A table with the disk tier's counters (the memory_stats interface)."""
+
+    name = "tiered:0"
+
+    def __init__(self, **stats):
+        self.stats = stats
+
+    def memory_stats(self):
+        return self.stats
+
+
+def test_report_takes_memory_stats_at_its_word():
+    stats = dict(rows_ram=10, rows_disk=30, bytes_ram=1000, bytes_disk=3000, ram_budget=1024)
+    stats.update(hits=30, misses=10, spills=5, evictions=2)
+    entry = sok.memory_report([_TieredTable(**stats)])[0]
+    assert {k: entry[k] for k in stats} == stats
+    assert entry["hit_rate"] == pytest.approx(0.75, abs=1e-12)
+    assert entry["name"] == "tiered"
+    fresh = dict(stats, hits=0, misses=0)
+    assert sok.memory_report([_TieredTable(**fresh)])[0]["hit_rate"] is None
+    lacking = dict(stats)
+    del lacking["spills"]
+    with pytest.raises(ValueError, match=r"'tiered': memory_stats\(\) lacks \['spills'\]"):
+        sok.memory_report([_TieredTable(**lacking)])
+
+
+# Measured RSS against the plan, in fresh processes, under two settings that make RSS count
+# live memory only (docs/user_guide.md, sizing, has the figures without them):
+# - oneDNN off: its CPU allocator (TF's default on x86) keeps every buffer it ever freed, so
+#   RSS would hold the high-water mark of the step's temporaries as well as the tables;
+# - a fixed malloc mmap threshold: glibc raises it as large blocks are freed, after which a
+#   hash table's row chunks come from its heap, and the value-only chunks that the first Adam
+#   step re-lays out with their slots stay there once freed.
+RSS_ENV = {"TF_ENABLE_ONEDNN_OPTS": "0", "MALLOC_MMAP_THRESHOLD_": "131072"}
+RSS_SCRIPT = r"""
+import json, os, sys
+import keras, numpy as np, tensorflow as tf
+import sok_lite as sok
+
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:"))
+
+def ids(keys):
+    return tf.RaggedTensor.from_tensor(tf.reshape(tf.constant(keys, tf.int64), [-1, 1]))
+
+def train(table, opt, keys):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(sok.lookup_sparse(table, ids(keys)) ** 2)
+    grads = tape.gradient(loss, [table])
+    with sok.OptimizerScope([table]):
+        opt.apply_gradients(zip(grads, [table]))
+
+cases = json.loads(sys.argv[1])
+rng = np.random.default_rng(0)
+batch = rng.integers(0, 2**31, 163_840)
+# Warm-up on small tables with a batch of the same size: the step's own buffers and TF's
+# start-up memory belong to the baseline, not to the tables.
+for small in [sok.Variable(shape=[64, 64], dtype=d) for d in ("float32", "bfloat16")] + [
+    sok.DynamicVariable(64)
+]:
+    warm_opt = keras.optimizers.Adam(0.01)
+    for _ in range(2):
+        train(small, warm_opt, batch % 64)
+tables = []  # each case measures its own growth; the earlier tables stay alive
+for kind, rows, dtype in cases:
+    base = rss()
+    opt = keras.optimizers.Adam(0.01)
+    if kind == "static":
+        table = sok.Variable(shape=[rows, 64], dtype=dtype, name="big")
+    else:
+        table = sok.DynamicVariable(64, name="big")
+        for start in range(0, rows, 100_000):  # every key seen once, then trained
+            sok.lookup_sparse(table, ids(np.arange(start, min(start + 100_000, rows))))
+    train(table, opt, batch % rows)
+    grown = rss() - base
+    plan = sok.plan_memory([{"rows": rows, "dim": 64, "kind": kind, "dtype": dtype}], "adam")
+    report = sok.memory_report([table], opt)
+    tables.append((table, opt))
+    result = {"grown": grown, "plan": plan.bytes_per_rank[0], "report": report.bytes_ram}
+    print(json.dumps(result), flush=True)
+"""
+
+
+RSS_CASES = [
+    ("static", 400_000, "float32"),
+    ("static", 400_000, "bfloat16"),
+    ("hash", 300_000, "float32"),
+]
+
+
+def test_plan_is_within_15_percent_of_the_rss_a_trained_table_takes():
+    env = {**os.environ, **RSS_ENV, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-c", RSS_SCRIPT, json.dumps(RSS_CASES)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads(line) for line in proc.stdout.strip().splitlines()[-len(RSS_CASES) :]]
+    for case, result in zip(RSS_CASES, results):
+        assert result["report"] == result["plan"], case  # the same layout, from the live table
+        ratio = result["grown"] / result["plan"]
+        assert 0.85 <= ratio <= 1.15, (case, result, ratio)
