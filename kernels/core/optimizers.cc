@@ -101,7 +101,7 @@ void UpdateRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const 
   for (int64_t i = i0; i < i1; ++i) {
     if (i + kPrefetchDistance < i1) prefetch(i + kPrefetchDistance);
     T* w = nullptr;
-    T* slots[kMaxSlots];
+    T* slots[kMaxSlots] = {};
     if (!locate(i, &w, slots)) continue;
     const T* g = grads + i * dim;
     if (wd != T(0)) {
@@ -238,6 +238,32 @@ void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const i
 
 namespace {
 
+// The 16-bit conversions of the optimizer rows, dispatched at load time: an AVX2 clone where the
+// CPU has it (8 lanes, and a native 32-bit multiply for the rounding draws, which baseline
+// SSE2 emulates), the baseline x86-64 one elsewhere. Both compute the same bits;
+// tests/core builds the library a second time with SOK_LITE_NO_TARGET_CLONES to check the
+// baseline path on any machine.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(SOK_LITE_NO_TARGET_CLONES)
+#define SOK_LITE_ISA_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SOK_LITE_ISA_CLONES
+#endif
+
+SOK_LITE_ISA_CLONES void WidenHalfRow(HalfFormat format, const uint16_t* src, int64_t dim,
+                                      float* dst) {
+  WidenRow(format, src, dim, dst);
+}
+
+SOK_LITE_ISA_CLONES void NarrowBfloat16RowFast(uint64_t row_key, int64_t col0, const float* src,
+                                               int64_t dim, uint16_t* dst) {
+  NarrowBfloat16Row(row_key, col0, src, dim, dst);
+}
+
+SOK_LITE_ISA_CLONES void NarrowFloat16RowFast(const float* src, int64_t dim, uint16_t* dst) {
+  NarrowFloat16Row(src, dim, dst);
+}
+
 // ApplyHalfRows for float32 slots (Slot = float, updated in place) or bfloat16 slots (Slot =
 // uint16_t, widened beside the row and narrowed back with it).
 template <typename Slot>
@@ -252,12 +278,12 @@ void ApplyHalfRowsOf(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, c
   const uint64_t step_key = RoundingStepKey(rounding.seed, rounding.step);
   const auto locate = [&](int64_t i, float** w, float** slot_rows) {
     const int64_t off = rows[i] * dim;
-    WidenRow(rounding.format, var + off, dim, wide.data());
+    WidenHalfRow(rounding.format, var + off, dim, wide.data());
     *w = wide.data();
     for (int s = 0; s < num_slots; ++s) {
       if constexpr (kHalfSlots) {
         float* slot = wide.data() + (s + 1) * dim;
-        WidenRow(HalfFormat::kBfloat16, slots[s] + off, dim, slot);
+        WidenHalfRow(HalfFormat::kBfloat16, slots[s] + off, dim, slot);
         slot_rows[s] = slot;
       } else {
         slot_rows[s] = slots[s] + off;
@@ -278,13 +304,13 @@ void ApplyHalfRowsOf(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, c
       key = RoundingRowKeyOfStep(step_key, rows[i] * rounding.row_stride + rounding.row_offset);
     }
     if (bf16_row) {
-      NarrowBfloat16Row(key, 0, wide.data(), dim, var + off);
+      NarrowBfloat16RowFast(key, 0, wide.data(), dim, var + off);
     } else {
-      NarrowFloat16Row(wide.data(), dim, var + off);
+      NarrowFloat16RowFast(wide.data(), dim, var + off);
     }
     if constexpr (kHalfSlots) {
       for (int s = 0; s < num_slots; ++s) {
-        NarrowBfloat16Row(key, (s + 1) * dim, wide.data() + (s + 1) * dim, dim, slots[s] + off);
+        NarrowBfloat16RowFast(key, (s + 1) * dim, wide.data() + (s + 1) * dim, dim, slots[s] + off);
       }
     }
   };

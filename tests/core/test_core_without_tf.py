@@ -84,14 +84,14 @@ def find_cxx():
     return next((c for c in candidates if c and shutil.which(c)), None)
 
 
-@pytest.fixture(scope="module")
-def core(tmp_path_factory):
+def build_core(tmp_path_factory, *defines):
     cxx = find_cxx()
     if cxx is None:
         pytest.skip("no C++ compiler")
     lib = tmp_path_factory.mktemp("core_capi") / "libcore_capi.so"
     sources = [ROOT / "tests/core/core_capi.cc"] + [ROOT / "kernels/core" / s for s in CORE_SOURCES]
     cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-Wall", f"-I{ROOT}", "-o", str(lib)]
+    cmd += [f"-D{d}" for d in defines]
     built = subprocess.run(cmd + [str(s) for s in sources], capture_output=True, text=True)
     assert built.returncode == 0, built.stdout + built.stderr
     dll = ctypes.CDLL(str(lib))
@@ -99,6 +99,20 @@ def core(tmp_path_factory):
         fn = getattr(dll, name)
         fn.restype, fn.argtypes = restype, argtypes
     return dll
+
+
+@pytest.fixture(scope="module")
+def core(tmp_path_factory):
+    return build_core(tmp_path_factory)
+
+
+@pytest.fixture(scope="module", params=["dispatched", "baseline"])
+def half_core(request, tmp_path_factory):
+    """The core library as built (16-bit row conversions dispatched at load time: the AVX2
+    clone on a CPU that has it) and built without the clones (baseline x86-64 code)."""
+    if request.param == "dispatched":
+        return request.getfixturevalue("core")
+    return build_core(tmp_path_factory, "SOK_LITE_NO_TARGET_CLONES")
 
 
 def many_keys(rng, n=20000):
@@ -368,7 +382,8 @@ def _apply_half(core, kind, var_bits, slots, rows, grads, p, fmt, seed, step, st
 
 
 @pytest.mark.parametrize("fmt", [BF16, FP16])
-def test_half_rows_sgd_and_adam_round_the_float32_update(core, fmt):
+def test_half_rows_sgd_and_adam_round_the_float32_update(half_core, fmt):
+    core = half_core
     rng = np.random.default_rng(23 + fmt)
     vocab, dim, seed, step = 40, 19, 777, 5
     wide = rng.standard_normal((vocab, dim)).astype(np.float32)
@@ -456,9 +471,10 @@ def test_huge_page_advice_keeps_values_and_is_given_once(core, monkeypatch):
 
 
 @pytest.mark.parametrize("fmt", [BF16, FP16])
-def test_half_rows_with_bf16_slots_round_the_float32_adam_step(core, fmt):
+def test_half_rows_with_bf16_slots_round_the_float32_adam_step(half_core, fmt):
     """bfloat16 slots: widened, the float32 Adam step (NumPy float32, same operation order),
     rounded back stochastically with the draws of columns (s + 1) * dim + c of the row's key."""
+    core = half_core
     rng = np.random.default_rng(41 + fmt)
     vocab, dim, seed, step, stride, offset = 40, 19, 555, 4, 3, 2
     wide = rng.standard_normal((vocab, dim)).astype(np.float32)
