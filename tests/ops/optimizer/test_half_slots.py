@@ -146,3 +146,33 @@ def test_float32_slot_dtype_is_the_default():
         table = sok.Variable(np.zeros([4, 2]), dtype=dtype, slot_dtype=tf.float32)
         assert table.slot_dtype == tf.float32
     assert sok.Variable(np.zeros([4, 2]), dtype=tf.float64).slot_dtype == tf.float64
+
+
+@pytest.mark.parametrize(
+    "table_dtype,slot_dtypes",
+    [
+        (tf.float32, [tf.bfloat16, tf.bfloat16]),  # bfloat16 slots need a 16-bit table
+        (tf.bfloat16, [tf.bfloat16, tf.float32]),  # all slots alike
+        (tf.bfloat16, [tf.float16, tf.float16]),  # no float16 slots
+    ],
+)
+def test_op_refuses_slots_of_a_wrong_dtype(table_dtype, slot_dtypes):
+    """The kernel checks what the Python API already refuses (the op is public too)."""
+    from sok_lite.ops.optimizer_ops import sparse_apply
+
+    table = tf.Variable(tf.zeros([4, 3], table_dtype))
+    slots = [tf.Variable(tf.zeros([4, 3], d)) for d in slot_dtypes]
+    hyper = tf.constant([0.1, 0.0, 0.9, 0.999, 1e-7, 1.0], tf.float64)
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match=r"variable 'opt_table' slot \d: variable dtype"
+    ):
+        sparse_apply(
+            table.handle,
+            [s.handle for s in slots],
+            tf.constant([1], tf.int64),
+            tf.ones([1, 3]),
+            hyper,
+            "adam",
+            "opt_table",
+            step=1,
+        )
