@@ -7,12 +7,18 @@ Each name here is private to TensorFlow; tests/api/test_package.py
 from tensorflow.python.debug.lib import check_numerics_callback
 from tensorflow.python.framework import op_def_registry
 from tensorflow.python.ops import resource_variable_ops
+from tensorflow.python.trackable import base as trackable_base
 
 # The resource-variable class that tf.Variable builds in TF2; sok_lite.Variable extends it.
 ResourceVariable = resource_variable_ops.ResourceVariable
 # A variable over an existing resource handle; sok_lite.DynamicVariable wraps its hash table so
 # that tapes, Keras and tf.train.Checkpoint treat it as a variable.
 BaseResourceVariable = resource_variable_ops.BaseResourceVariable
+# The checkpoint key of a variable's value; a bfloat16 optimizer slot saves its float32 view
+# under it (sok_lite/slots.py), so that float32 and bfloat16 slots load into each other.
+VARIABLE_VALUE_KEY = trackable_base.VARIABLE_VALUE_KEY
+# The checkpointable base with no automatic attribute tracking (that view's base class).
+Trackable = trackable_base.Trackable
 
 
 def variable_accessed(variable) -> None:

@@ -23,7 +23,8 @@ FORMAT = "sok_lite.checkpoint"
 VERSION = 1
 CHUNK_ROWS = 65536  # rows per read/write: bounds the memory a dump or load adds per table
 # Table dtypes a load converts between; rows files hold float64 for float64 tables, else float32
-# (a 16-bit table's values widened exactly, beside its float32 slots).
+# (a 16-bit table's values widened exactly, beside its slots: float32, or bfloat16 widened
+# exactly; a load rounds them to nearest into bfloat16 slots).
 CONVERTIBLE_DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
@@ -58,6 +59,10 @@ def _table_meta(var, optimizer) -> dict:
             f"got {type(var).__name__}"
         )
     meta = {"name": _name(var), "dtype": var.dtype.name, "slots": _slot_names(optimizer, var)}
+    slot_dtype = getattr(var, "slot_dtype", None)
+    if optimizer is not None and slot_dtype is not None:
+        # Informative: slots are written as float32 and converted to the loading table's.
+        meta["slot_dtype"] = slot_dtype.name
     meta.update(var.checkpoint_meta())
     return meta
 

@@ -76,13 +76,21 @@ def splitmix64_tf(x):
     return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, u64(31)))
 
 
-def rounding_bits(seed: int, step: int, rows, dim: int) -> np.ndarray:
+def rounding_bits(seed: int, step: int, rows, dim: int, col0: int = 0) -> np.ndarray:
     """RoundingRowKey / RoundingBits: the [len(rows), dim] 16-bit draws (uint32) with which an
-    optimizer step rounds global `rows` of a bfloat16 table stochastically."""
-    u64 = np.uint64
+    optimizer step rounds global `rows` of a bfloat16 table stochastically, at columns
+    col0 .. col0 + dim - 1 (a bfloat16 slot s draws at col0 = (s + 1) * dim)."""
+    u64, u32 = np.uint64, np.uint32
     step_bits = np.array(step, np.int64).view(u64)
     row_bits = np.asarray(rows, np.int64).reshape(-1).view(u64)
     key = splitmix64(splitmix64(splitmix64(u64(seed)) ^ step_bits) ^ row_bits)
-    cols = np.arange(dim, dtype=np.uint64)
-    h = splitmix64(key[:, None] ^ (cols >> u64(2))[None, :])
-    return ((h >> (u64(16) * (cols & u64(3)))) & u64(0xFFFF)).astype(np.uint32)
+    key32 = ((key ^ (key >> u64(32))) & u64(0xFFFFFFFF)).astype(u32)
+    cols = (np.arange(dim, dtype=np.uint64) + u64(col0)).astype(u32)
+    with np.errstate(over="ignore"):
+        x = key32[:, None] ^ (cols * u32(0x9E3779B9))[None, :]
+        x ^= x >> u32(16)
+        x *= u32(0x21F0AAAD)
+        x ^= x >> u32(15)
+        x *= u32(0x735A2D97)
+        x ^= x >> u32(15)
+    return x >> u32(16)

@@ -4,7 +4,7 @@ import weakref
 
 import tensorflow as tf
 
-from sok_lite._tf_internals import ResourceVariable
+from sok_lite._tf_internals import VARIABLE_VALUE_KEY, ResourceVariable, Trackable
 from sok_lite.optimizer_rules import is_legacy, unwrap
 from sok_lite.table_dtypes import row_dtype
 from sok_lite.table_kind import TableKind
@@ -17,11 +17,28 @@ _UPDATED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def _new_slot(var, name: str, fill: float):
     base = var.name.split(":")[0]
-    # float32 beside a 16-bit table: the optimizer state keeps full precision.
-    value = tf.fill(tf.shape(var), tf.constant(fill, row_dtype(var.dtype)))
+    # float32 beside a 16-bit table unless it asks for bfloat16 slots (Variable(slot_dtype=)).
+    dtype = getattr(var, "slot_dtype", None) or row_dtype(var.dtype)
+    value = tf.fill(tf.shape(var), tf.constant(fill, dtype))
     if isinstance(var, TableKind):
         return var.slot_variable(value, f"{base}/{name}")
     return ResourceVariable(value, trainable=False, name=f"{base}/{name}")
+
+
+class _Float32Slot(Trackable):
+    """A bfloat16 slot as tf.train.Checkpoint sees it: saved as float32 under a variable's key,
+    so checkpoints of bfloat16 and float32 slots load into each other (widening is exact; a
+    float32 value rounds to nearest into bfloat16). The slot variable keeps its dtype."""
+
+    def __init__(self, slot):
+        self._slot = slot  # a plain Trackable does not track it as a dependency of its own
+
+    def _serialize_to_tensors(self):
+        return {VARIABLE_VALUE_KEY: tf.cast(self._slot, tf.float32)}
+
+    def _restore_from_tensors(self, restored_tensors):
+        value = restored_tensors[VARIABLE_VALUE_KEY]
+        return self._slot.assign(tf.cast(value, self._slot.dtype))
 
 
 def _checkpoint_store(optimizer) -> dict:
@@ -57,7 +74,8 @@ def get_slots(optimizer, var, specs) -> list:
                 key = f"{var.name.split(':')[0]}/{name}"
                 while key in store:  # tables sharing a name: keep both, in creation order
                     key += "_"
-                store[key] = per_var[name]
+                slot = per_var[name]
+                store[key] = _Float32Slot(slot) if slot.dtype == tf.bfloat16 else slot
     return [per_var[name] for name, _ in specs]
 
 

@@ -1,8 +1,9 @@
 """The dtypes a sok_lite.Variable stores its rows in, and the dtype those rows are read as.
 
 A 16-bit table (bfloat16, float16) halves the memory of its rows; lookups read them as float32
-(combine, gradients and optimizer math run in float32, optimizer slots are float32) and an
-optimizer step rounds the updated rows back (kernels/core/half_rows.h).
+(combine, gradients and optimizer math run in float32, optimizer slots are float32 unless the
+table asks for bfloat16 slots) and an optimizer step rounds the updated rows back
+(kernels/core/half_rows.h).
 """
 
 import zlib
@@ -32,6 +33,43 @@ def check_table_dtype(dtype, name: str | None) -> tf.DType:
             f"table '{name or 'Variable'}': dtype {dtype.name} is not supported ({names})"
         )
     return dtype
+
+
+def check_slot_dtype(slot_dtype, table_dtype: tf.DType, name: str | None) -> tf.DType:
+    """The dtype of the optimizer slots of a table stored in `table_dtype`.
+
+    None: the row dtype (float32 beside a 16-bit table). bfloat16 slots are allowed beside a
+    16-bit table: bfloat16 has float32's exponent range, so Adam's v = g^2, Adagrad's and Ftrl's
+    accumulators neither overflow nor underflow, and stochastic rounding keeps their small
+    per-step changes unbiased. float16 slots are refused (g^2 underflows below 6e-8), and so is
+    any 16-bit slot dtype beside a float32 / float64 table (its rows would then be more precise
+    than the state that steps them; use a bfloat16 table). ValueError names the table.
+    """
+    label = f"table '{name or 'Variable'}'"
+    rows = row_dtype(table_dtype)
+    if slot_dtype is None:
+        return rows
+    try:
+        slot_dtype = tf.as_dtype(slot_dtype)
+    except TypeError as e:
+        raise ValueError(f"{label}: slot_dtype {slot_dtype!r} is not a dtype") from e
+    if slot_dtype == rows:
+        return rows
+    if slot_dtype == tf.float16:
+        raise ValueError(
+            f"{label}: float16 optimizer slots are not supported: squared gradients (Adam's v, "
+            "Adagrad's accumulator) underflow float16's range; use slot_dtype=tf.bfloat16"
+        )
+    if slot_dtype != tf.bfloat16:
+        raise ValueError(
+            f"{label}: slot_dtype {slot_dtype.name} is not supported (float32 or bfloat16)"
+        )
+    if table_dtype not in HALF_DTYPES:
+        raise ValueError(
+            f"{label}: bfloat16 slots need a 16-bit table (dtype bfloat16 or float16), "
+            f"the table is {table_dtype.name}"
+        )
+    return slot_dtype
 
 
 def rounding_seed(name: str | None, shape) -> int:

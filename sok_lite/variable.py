@@ -22,7 +22,7 @@ from sok_lite.slots import (
     stepped_row_wise,
     updated_since,
 )
-from sok_lite.table_dtypes import check_table_dtype, rounding_seed, row_dtype
+from sok_lite.table_dtypes import check_slot_dtype, check_table_dtype, rounding_seed, row_dtype
 from sok_lite.table_kind import TableKind, _row_owner
 
 
@@ -103,12 +103,18 @@ class Variable(ResourceVariable, TableKind):
         slots too) and rounded back after each optimizer step: bfloat16 stochastically (with
         bits drawn from the table's name, the step, the global row and the column, so the
         same on any number of ranks), float16 to nearest.
+      slot_dtype: the dtype of the optimizer slots of a 16-bit table: None (float32) or
+        bfloat16, which halves their memory (Adam: table + slots 0.5x of float32 instead of
+        0.83x). bfloat16 slots keep float32's exponent range and are rounded back
+        stochastically after each step (draws apart from the row's, the same on any number
+        of ranks); see docs/user_guide.md "16-bit tables".
       mode: "distributed" or "localized:K".
       name: the variable name.
       trainable: whether the variable is trainable.
 
     Raises:
-      ValueError: for a table that is not 2-D, an unsupported dtype, a bad mode or conflicting
+      ValueError: for a table that is not 2-D, an unsupported dtype or slot_dtype (float16
+        slots, 16-bit slots beside a float32 / float64 table), a bad mode or conflicting
         arguments.
 
     >>> import numpy as np, sok_lite as sok
@@ -151,8 +157,10 @@ class Variable(ResourceVariable, TableKind):
         mode: str = "distributed",
         name: str | None = None,
         trainable: bool = True,
+        slot_dtype=None,
     ):
         dtype = check_table_dtype(dtype, name)
+        self._slot_dtype = check_slot_dtype(slot_dtype, dtype, name)
         placement = Placement.parse(mode)
         communicator = comm.current()
         rank, num_ranks = communicator.rank, communicator.num_ranks
@@ -175,6 +183,12 @@ class Variable(ResourceVariable, TableKind):
     def global_shape(self) -> tf.TensorShape:
         """The [rows, dim] of the whole table across ranks."""
         return self._global_shape
+
+    @property
+    def slot_dtype(self) -> tf.DType:
+        """The dtype of this table's optimizer slots (float32 or bfloat16 beside a 16-bit
+        table, else the table's dtype)."""
+        return getattr(self, "_slot_dtype", row_dtype(self.dtype))
 
     @property
     def mode(self) -> str:
@@ -335,7 +349,7 @@ class Variable(ResourceVariable, TableKind):
             idx = selected[start : start + chunk_rows]
             # 16-bit values widen exactly to the float32 of their slots.
             parts = [tf.cast(self.sparse_read(idx), row_dtype(self.dtype))]
-            parts += [s.sparse_read(idx) for s in slots]
+            parts += [tf.cast(s.sparse_read(idx), parts[0].dtype) for s in slots]  # bf16: exact
             yield held[idx.numpy()], np.concatenate([p.numpy() for p in parts], axis=1)
 
     def checkpoint_restore(self, ids, rows, optimizer, step) -> None:
@@ -351,6 +365,7 @@ class Variable(ResourceVariable, TableKind):
         # outside OptimizerScope reads those.
         held = keras_slots(optimizer, self, rule) or [None] * len(slot_vars)
         for i, (slot, keras_slot) in enumerate(zip(slot_vars, held)):
+            # Into bfloat16 slots a float32 dump rounds to nearest.
             value = tf.cast(rows[:, dim * (i + 1) : dim * (i + 2)], slot.dtype)
             slot.assign(value)
             if keras_slot is not None:

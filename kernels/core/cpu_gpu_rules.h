@@ -121,15 +121,35 @@ SOK_LITE_HOST_DEVICE inline double InitNormal(uint64_t seed, int64_t id, int64_t
 
 // Stochastic rounding of bfloat16 tables (kernels/core/half_rows.h): the random bits of (row,
 // column) at an optimizer step are a function of (seed, step, global row, column) only, so any
-// rank count, thread count or device rounds a row alike. One mix per row, then one per four
-// columns (16 bits each).
+// rank count, thread count or device rounds a row alike. One 64-bit mix per row (after two per
+// step, RoundingStepKey), then a cheap 32-bit mix per value that vectorizes: the row key folded to
+// 32 bits, xor the column times an odd constant (distinct columns, distinct inputs), through a
+// multiply-xorshift bijection. Slot s of a bfloat16-slot table draws at
+// columns (s + 1) * dim + c, apart from its row's.
+SOK_LITE_HOST_DEVICE inline uint64_t RoundingStepKey(uint64_t seed, int64_t step) {
+  return SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(step));
+}
+SOK_LITE_HOST_DEVICE inline uint64_t RoundingRowKeyOfStep(uint64_t step_key, int64_t row) {
+  return SplitMix64(step_key ^ static_cast<uint64_t>(row));
+}
 SOK_LITE_HOST_DEVICE inline uint64_t RoundingRowKey(uint64_t seed, int64_t step, int64_t row) {
-  return SplitMix64(SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(step)) ^
-                    static_cast<uint64_t>(row));
+  return RoundingRowKeyOfStep(RoundingStepKey(seed, step), row);
+}
+// The 32 bits of a row key that its per-value draws mix.
+SOK_LITE_HOST_DEVICE inline uint32_t RoundingKey32(uint64_t row_key) {
+  return static_cast<uint32_t>(row_key ^ (row_key >> 32));
+}
+SOK_LITE_HOST_DEVICE inline uint32_t RoundingBits32(uint32_t key32, uint32_t col) {
+  uint32_t x = key32 ^ (col * 0x9e3779b9u);
+  x ^= x >> 16;
+  x *= 0x21f0aaadu;
+  x ^= x >> 15;
+  x *= 0x735a2d97u;
+  x ^= x >> 15;
+  return x >> 16;  // the best-mixed half
 }
 SOK_LITE_HOST_DEVICE inline uint32_t RoundingBits(uint64_t row_key, int64_t col) {
-  const uint64_t h = SplitMix64(row_key ^ (static_cast<uint64_t>(col) >> 2));
-  return static_cast<uint32_t>(h >> (16 * (col & 3))) & 0xffffu;
+  return RoundingBits32(RoundingKey32(row_key), static_cast<uint32_t>(col));
 }
 
 }  // namespace sok_lite

@@ -27,6 +27,13 @@ SOK_LITE_HOST_DEVICE inline float BitsFloat(uint32_t u) {
   return x;
 }
 
+// c ? a : b with bit masks: GCC if-converts a ternary of integers but not always a chain of
+// them beside float arithmetic, and a branch in a row loop stops its vectorization.
+SOK_LITE_HOST_DEVICE inline uint32_t SelectBits(bool c, uint32_t a, uint32_t b) {
+  const uint32_t mask = 0u - static_cast<uint32_t>(c);
+  return (a & mask) | (b & ~mask);
+}
+
 // bfloat16 is the upper half of a float32: widening is exact.
 SOK_LITE_HOST_DEVICE inline float Bfloat16ToFloat(uint16_t b) {
   return BitsFloat(static_cast<uint32_t>(b) << 16);
@@ -34,10 +41,12 @@ SOK_LITE_HOST_DEVICE inline float Bfloat16ToFloat(uint16_t b) {
 
 // Adds 16 random bits below the kept ones and truncates: x rounds away from zero with
 // probability (dropped bits) / 2^16, so the expected result is x. NaN stays a (quiet) NaN.
+// Selects instead of branches, so that row loops vectorize.
 SOK_LITE_HOST_DEVICE inline uint16_t FloatToBfloat16Stochastic(float x, uint32_t random16) {
   const uint32_t u = FloatBits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  return static_cast<uint16_t>((u + (random16 & 0xffffu)) >> 16);
+  const uint32_t nan = (u >> 16) | 0x0040u;
+  const uint32_t rounded = (u + (random16 & 0xffffu)) >> 16;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 // Round to nearest even (for values written without a step: initial rows, checkpoints).
@@ -47,38 +56,38 @@ SOK_LITE_HOST_DEVICE inline uint16_t FloatToBfloat16Nearest(float x) {
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+// Branch-free (selects), so that row loops vectorize.
 SOK_LITE_HOST_DEVICE inline float Float16ToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
   const uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1fu) return BitsFloat(sign | 0x7f800000u | (mant << 13));  // inf / NaN
-  if (exp != 0) return BitsFloat(sign | ((exp + 112u) << 23) | (mant << 13));
-  // Zero or subnormal: mant * 2^-24, exact in float32.
-  const float magnitude = static_cast<float>(mant) * 5.9604644775390625e-8f;
-  return BitsFloat(sign | FloatBits(magnitude));
+  const uint32_t special = 0x7f800000u | (mant << 13);  // inf / NaN
+  const uint32_t normal = ((exp + 112u) << 23) | (mant << 13);
+  // Zero or subnormal: mant * 2^-24, exact, and a normal float32 (flush-to-zero cannot touch it).
+  const uint32_t subnormal =
+      FloatBits(static_cast<float>(static_cast<int32_t>(mant)) * 5.9604644775390625e-8f);
+  return BitsFloat(sign |
+                   SelectBits(exp == 0x1fu, special, SelectBits(exp != 0, normal, subnormal)));
 }
 
-// Round to nearest even; overflow gives infinity, as IEEE conversion does.
+// Round to nearest even; overflow gives infinity, as IEEE conversion does. Branch-free.
 SOK_LITE_HOST_DEVICE inline uint16_t FloatToFloat16Nearest(float x) {
   const uint32_t u = FloatBits(x);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520: inf
-  if (a < 0x38800000u) {                // below 2^-14: a subnormal float16, or zero
-    if (a <= 0x33000000u) return sign;  // at most 2^-25: rounds to zero (2^-25 is a tie)
-    // The value in units of 2^-24 is the 24-bit significand shifted right by 126 - exponent
-    // (14 to 24 places); round the dropped bits to nearest even.
-    const uint32_t significand = (a & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126u - (a >> 23);
-    const uint32_t kept = significand >> shift;
-    const uint32_t dropped = significand & ((1u << shift) - 1u);
-    const uint32_t half = 1u << (shift - 1u);
-    const uint32_t up = dropped > half || (dropped == half && (kept & 1u));
-    return static_cast<uint16_t>(sign | (kept + up));
-  }
-  const uint32_t rebased = a - (112u << 23);  // exponent bias 127 -> 15
-  return static_cast<uint16_t>(sign | ((rebased + 0xfffu + ((rebased >> 13) & 1u)) >> 13));
+  const uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);  // quiet, payload kept
+  // Normal results: exponent bias 127 -> 15, the 13 dropped bits rounded to nearest even (a
+  // carry into the exponent is right, up to 0x7c00 = inf).
+  const uint32_t rebased = a - (112u << 23);
+  const uint32_t normal = (rebased + 0xfffu + ((rebased >> 13) & 1u)) >> 13;
+  // Below 2^-14 (a subnormal float16, or zero): 0.5 has an ulp of 2^-24, the float16 subnormal
+  // step, so the hardware's round-to-nearest-even addition leaves the result in the low bits.
+  // The sum is normal, so flush-to-zero modes do not change it.
+  const uint32_t subnormal = FloatBits(BitsFloat(a) + 0.5f) - 0x3f000000u;
+  const uint32_t finite = SelectBits(a >= 0x477ff000u, 0x7c00u,  // >= 65520: inf
+                                     SelectBits(a < 0x38800000u, subnormal, normal));
+  const uint32_t magnitude = SelectBits(a > 0x7f800000u, nan, finite);
+  return static_cast<uint16_t>(sign | magnitude);
 }
 
 SOK_LITE_HOST_DEVICE inline float HalfToFloat(HalfFormat format, uint16_t h) {
@@ -96,6 +105,9 @@ struct HalfRounding {
   int64_t row_offset = 0;
 };
 
+// The row loops below are branch-free so that GCC -O3 vectorizes them (the format test is
+// outside the loops).
+
 // dst[0, dim) = src[0, dim) widened to float32.
 inline void WidenRow(HalfFormat format, const uint16_t* src, int64_t dim, float* dst) {
   if (format == HalfFormat::kBfloat16) {
@@ -105,18 +117,33 @@ inline void WidenRow(HalfFormat format, const uint16_t* src, int64_t dim, float*
   }
 }
 
+// dst[0, dim) = src[0, dim) rounded to bfloat16 stochastically, with the draws of columns
+// col0 + d of row key `row_key` (a row's own values use col0 = 0, its slots further columns).
+inline void NarrowBfloat16Row(uint64_t row_key, int64_t col0, const float* src, int64_t dim,
+                              uint16_t* dst) {
+  const uint32_t key32 = RoundingKey32(row_key);
+  const uint32_t c0 = static_cast<uint32_t>(col0);
+  for (int64_t d = 0; d < dim; ++d) {
+    dst[d] =
+        FloatToBfloat16Stochastic(src[d], RoundingBits32(key32, c0 + static_cast<uint32_t>(d)));
+  }
+}
+
+// dst[0, dim) = src[0, dim) rounded to float16, nearest even.
+inline void NarrowFloat16Row(const float* src, int64_t dim, uint16_t* dst) {
+  for (int64_t d = 0; d < dim; ++d) dst[d] = FloatToFloat16Nearest(src[d]);
+}
+
 // dst[0, dim) = src[0, dim) narrowed as `rounding` says, for local row `local_row`.
 inline void NarrowRow(const HalfRounding& rounding, int64_t local_row, const float* src,
                       int64_t dim, uint16_t* dst) {
   if (rounding.format == HalfFormat::kFloat16) {
-    for (int64_t d = 0; d < dim; ++d) dst[d] = FloatToFloat16Nearest(src[d]);
+    NarrowFloat16Row(src, dim, dst);
     return;
   }
   const uint64_t key = RoundingRowKey(rounding.seed, rounding.step,
                                       local_row * rounding.row_stride + rounding.row_offset);
-  for (int64_t d = 0; d < dim; ++d) {
-    dst[d] = FloatToBfloat16Stochastic(src[d], RoundingBits(key, d));
-  }
+  NarrowBfloat16Row(key, 0, src, dim, dst);
 }
 
 }  // namespace sok_lite

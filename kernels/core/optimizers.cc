@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/core/half_rows.h"
 #include "kernels/core/prefetch.h"
@@ -100,7 +101,7 @@ void UpdateRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const 
   for (int64_t i = i0; i < i1; ++i) {
     if (i + kPrefetchDistance < i1) prefetch(i + kPrefetchDistance);
     T* w = nullptr;
-    T* slots[kMaxSlots];
+    T* slots[kMaxSlots] = {};
     if (!locate(i, &w, slots)) continue;
     const T* g = grads + i * dim;
     if (wd != T(0)) {
@@ -235,27 +236,99 @@ void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const i
   UpdateRows(kind, h, dim, grads, i0, i1, locate, prefetch, kInPlace);
 }
 
-void ApplyHalfRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const int64_t* rows,
-                   const float* grads, int64_t i0, int64_t i1, uint16_t* var,
-                   const std::vector<float*>& slots, const HalfRounding& rounding) {
-  const int num_slots = static_cast<int>(slots.size());
-  std::vector<float> wide(dim);  // the row being updated, widened
+namespace {
+
+// The 16-bit conversions of the optimizer rows, dispatched at load time: an AVX2 clone where the
+// CPU has it (8 lanes, and a native 32-bit multiply for the rounding draws, which baseline
+// SSE2 emulates), the baseline x86-64 one elsewhere. Both compute the same bits;
+// tests/core builds the library a second time with SOK_LITE_NO_TARGET_CLONES to check the
+// baseline path on any machine.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(SOK_LITE_NO_TARGET_CLONES)
+#define SOK_LITE_ISA_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SOK_LITE_ISA_CLONES
+#endif
+
+SOK_LITE_ISA_CLONES void WidenHalfRow(HalfFormat format, const uint16_t* src, int64_t dim,
+                                      float* dst) {
+  WidenRow(format, src, dim, dst);
+}
+
+SOK_LITE_ISA_CLONES void NarrowBfloat16RowFast(uint64_t row_key, int64_t col0, const float* src,
+                                               int64_t dim, uint16_t* dst) {
+  NarrowBfloat16Row(row_key, col0, src, dim, dst);
+}
+
+SOK_LITE_ISA_CLONES void NarrowFloat16RowFast(const float* src, int64_t dim, uint16_t* dst) {
+  NarrowFloat16Row(src, dim, dst);
+}
+
+// ApplyHalfRows for float32 slots (Slot = float, updated in place) or bfloat16 slots (Slot =
+// uint16_t, widened beside the row and narrowed back with it).
+template <typename Slot>
+void ApplyHalfRowsOf(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const int64_t* rows,
+                     const float* grads, int64_t i0, int64_t i1, uint16_t* var,
+                     const std::vector<Slot*>& slots, const HalfRounding& rounding) {
+  constexpr bool kHalfSlots = std::is_same_v<Slot, uint16_t>;
+  const int num_slots = std::min(static_cast<int>(slots.size()), kMaxSlots);
+  // One scratch per call: the row being updated, then (16-bit slots) its slots, widened.
+  std::vector<float> wide((kHalfSlots ? 1 + num_slots : 1) * dim);
+  // The per-step half of the row keys once; a row then costs one mix (RoundingRowKeyOfStep).
+  const uint64_t step_key = RoundingStepKey(rounding.seed, rounding.step);
   const auto locate = [&](int64_t i, float** w, float** slot_rows) {
     const int64_t off = rows[i] * dim;
-    WidenRow(rounding.format, var + off, dim, wide.data());
+    WidenHalfRow(rounding.format, var + off, dim, wide.data());
     *w = wide.data();
-    for (int s = 0; s < std::min(num_slots, kMaxSlots); ++s) slot_rows[s] = slots[s] + off;
+    for (int s = 0; s < num_slots; ++s) {
+      if constexpr (kHalfSlots) {
+        float* slot = wide.data() + (s + 1) * dim;
+        WidenHalfRow(HalfFormat::kBfloat16, slots[s] + off, dim, slot);
+        slot_rows[s] = slot;
+      } else {
+        slot_rows[s] = slots[s] + off;
+      }
+    }
     return true;
   };
   const auto prefetch = [&](int64_t i) {
     const int64_t off = rows[i] * dim;
     PrefetchBytes<1>(var + off, dim * sizeof(uint16_t));
-    for (float* slot : slots) PrefetchBytes<1>(slot + off, dim * sizeof(float));
+    for (Slot* slot : slots) PrefetchBytes<1>(slot + off, dim * sizeof(Slot));
   };
+  const bool bf16_row = rounding.format == HalfFormat::kBfloat16;
   const auto narrow = [&](int64_t i) {
-    NarrowRow(rounding, rows[i], wide.data(), dim, var + rows[i] * dim);
+    const int64_t off = rows[i] * dim;
+    uint64_t key = 0;
+    if (bf16_row || kHalfSlots) {
+      key = RoundingRowKeyOfStep(step_key, rows[i] * rounding.row_stride + rounding.row_offset);
+    }
+    if (bf16_row) {
+      NarrowBfloat16RowFast(key, 0, wide.data(), dim, var + off);
+    } else {
+      NarrowFloat16RowFast(wide.data(), dim, var + off);
+    }
+    if constexpr (kHalfSlots) {
+      for (int s = 0; s < num_slots; ++s) {
+        NarrowBfloat16RowFast(key, (s + 1) * dim, wide.data() + (s + 1) * dim, dim, slots[s] + off);
+      }
+    }
   };
   UpdateRows(kind, h, dim, grads, i0, i1, locate, prefetch, narrow);
+}
+
+}  // namespace
+
+void ApplyHalfRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const int64_t* rows,
+                   const float* grads, int64_t i0, int64_t i1, uint16_t* var,
+                   const std::vector<float*>& slots, const HalfRounding& rounding) {
+  ApplyHalfRowsOf(kind, h, dim, rows, grads, i0, i1, var, slots, rounding);
+}
+
+void ApplyHalfRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const int64_t* rows,
+                   const float* grads, int64_t i0, int64_t i1, uint16_t* var,
+                   const std::vector<uint16_t*>& bf16_slots, const HalfRounding& rounding) {
+  ApplyHalfRowsOf(kind, h, dim, rows, grads, i0, i1, var, bf16_slots, rounding);
 }
 
 template <typename T>

@@ -72,6 +72,13 @@ void ApplyHalfRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, con
                    const float* grads, int64_t i0, int64_t i1, uint16_t* var,
                    const std::vector<float*>& slots, const HalfRounding& rounding);
 
+// The same with bfloat16 slots (bit patterns): they are widened with the row, updated in float32
+// and rounded back stochastically, slot s with the draws of columns (s + 1) * dim + c of the
+// row's key (RoundingBits), so apart from the row's and from each other's.
+void ApplyHalfRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const int64_t* rows,
+                   const float* grads, int64_t i0, int64_t i1, uint16_t* var,
+                   const std::vector<uint16_t*>& bf16_slots, const HalfRounding& rounding);
+
 // The same update for rows stored as records (a hash table's): records[i] points to the row's
 // value, then each of its num_slots slots, dim values each; a null record is skipped. Records
 // must be distinct within the whole call. At most 4 slots.

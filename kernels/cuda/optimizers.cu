@@ -31,6 +31,31 @@ struct Slots {
   float* s[3];
 };
 
+// bfloat16 slots (bit patterns) at the same positions; order[j] is the caller's index of the
+// slot at position j, which picks its rounding draws (columns (order[j] + 1) * dim + c).
+struct HalfSlots {
+  uint16_t* s[3];
+  int order[3];
+};
+
+// Reading and writing a slot value: float32 as is, bfloat16 widened and rounded
+// stochastically with the row's key, as core ApplyHalfRows does.
+__device__ __forceinline__ float LoadSlot(const Slots& s, int j, int64_t off) {
+  return s.s[j][off];
+}
+__device__ __forceinline__ float LoadSlot(const HalfSlots& s, int j, int64_t off) {
+  return Bfloat16ToFloat(s.s[j][off]);
+}
+__device__ __forceinline__ void StoreSlot(const Slots& s, int j, int64_t off, float v, uint32_t,
+                                          int64_t, int64_t) {
+  s.s[j][off] = v;
+}
+__device__ __forceinline__ void StoreSlot(const HalfSlots& s, int j, int64_t off, float v,
+                                          uint32_t key32, int64_t dim, int64_t col) {
+  const uint32_t c = static_cast<uint32_t>((s.order[j] + 1) * dim + col);
+  s.s[j][off] = FloatToBfloat16Stochastic(v, RoundingBits32(key32, c));
+}
+
 template <int K>
 __device__ __forceinline__ void Update(const Hyper& h, float g, float& w, float& s0, float& s1,
                                        float& s2, bool has_s1, bool has_s2) {
@@ -123,18 +148,20 @@ __global__ void ApplyRowsKernel(Hyper h, int64_t dim, const int64_t* __restrict_
   }
 }
 
-// How a 16-bit table's updated values are narrowed (core HalfRounding).
+// How a 16-bit table's updated values are narrowed (core HalfRounding); step_key is
+// RoundingStepKey(seed, step), computed once on the host.
 struct Narrowing {
   HalfFormat format;
-  uint64_t seed;
-  int64_t step, row_stride, row_offset;
+  uint64_t step_key;
+  int64_t row_stride, row_offset;
 };
 
 // One thread per value of a 16-bit table: widen, the float32 update of ApplyRowsKernel, narrow.
-template <int K>
+// SlotPtrs: Slots (float32, updated in place) or HalfSlots (bfloat16, rounded back).
+template <int K, typename SlotPtrs>
 __global__ void ApplyHalfRowsKernel(Hyper h, int64_t dim, const int64_t* __restrict__ rows,
                                     const float* __restrict__ grads, int64_t n, uint16_t* var,
-                                    Slots slots, Narrowing narrowing) {
+                                    SlotPtrs slots, Narrowing narrowing) {
   const int64_t total = n * dim;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const bool has[3] = {slots.s[0] != nullptr, slots.s[1] != nullptr, slots.s[2] != nullptr};
@@ -147,31 +174,31 @@ __global__ void ApplyHalfRowsKernel(Hyper h, int64_t dim, const int64_t* __restr
     float w = HalfToFloat(narrowing.format, var[off]);
     float s[3];
 #pragma unroll
-    for (int j = 0; j < 3; ++j) s[j] = has[j] ? slots.s[j][off] : 0.0f;
+    for (int j = 0; j < 3; ++j) s[j] = has[j] ? LoadSlot(slots, j, off) : 0.0f;
     if (h.wd != 0.0f) w = w - w * h.wd * h.lr;
     Update<K>(h, g, w, s[0], s[1], s[2], has[1], has[2]);
+    const int64_t global_row = rows[i] * narrowing.row_stride + narrowing.row_offset;
+    const uint32_t key32 = RoundingKey32(RoundingRowKeyOfStep(narrowing.step_key, global_row));
     if (narrowing.format == HalfFormat::kFloat16) {
       var[off] = FloatToFloat16Nearest(w);
     } else {
-      const int64_t global_row = rows[i] * narrowing.row_stride + narrowing.row_offset;
-      const uint64_t key = RoundingRowKey(narrowing.seed, narrowing.step, global_row);
-      var[off] = FloatToBfloat16Stochastic(w, RoundingBits(key, col));
+      var[off] = FloatToBfloat16Stochastic(w, RoundingBits32(key32, static_cast<uint32_t>(col)));
     }
 #pragma unroll
     for (int j = 0; j < 3; ++j) {
-      if (has[j]) slots.s[j][off] = s[j];
+      if (has[j]) StoreSlot(slots, j, off, s[j], key32, dim, col);
     }
   }
 }
 
-template <int K>
+template <int K, typename SlotPtrs>
 cudaError_t LaunchHalf(const Hyper& h, int64_t dim, const int64_t* rows, const float* grads,
-                       int64_t n, uint16_t* var, const Slots& slots, const Narrowing& narrowing,
+                       int64_t n, uint16_t* var, const SlotPtrs& slots, const Narrowing& narrowing,
                        cudaStream_t stream) {
   int grid = 0;
-  cudaError_t err = GridFor(ApplyHalfRowsKernel<K>, n * dim, &grid);
+  cudaError_t err = GridFor(ApplyHalfRowsKernel<K, SlotPtrs>, n * dim, &grid);
   if (err != cudaSuccess) return err;
-  ApplyHalfRowsKernel<K>
+  ApplyHalfRowsKernel<K, SlotPtrs>
       <<<grid, kBlockThreads, 0, stream>>>(h, dim, rows, grads, n, var, slots, narrowing);
   return cudaGetLastError();
 }
@@ -241,24 +268,38 @@ namespace sok_lite {
 namespace cuda {
 namespace {
 
-// The checks and slot positions shared by both launchers; false for bad arguments.
+// The checks and slot positions shared by the launchers; false for bad arguments. order[j]:
+// the caller's index of the slot at kernel position j.
+template <typename Slot>
 bool PrepareApply(int kind, const double* params, int num_params, int64_t dim, int64_t n,
-                  float* const* slots, int num_slots, Slots* s) {
+                  Slot* const* slots, int num_slots, Slot* (&s)[3], int (&order)[3]) {
   const int needed = NumParams(kind);
   if (needed < 0 || num_params < needed || (needed > 0 && !params)) return false;
   if (num_slots != NumSlots(kind, params) || (num_slots > 0 && !slots)) return false;
   if (dim <= 0 || n < 0) return false;
-  *s = {{nullptr, nullptr, nullptr}};
+  for (int j = 0; j < 3; ++j) {
+    s[j] = nullptr;
+    order[j] = j;
+  }
   for (int j = 0; j < num_slots; ++j) {
     if (!slots[j]) return false;
-    s->s[j] = slots[j];
+    s[j] = slots[j];
   }
   if (kind == SOK_LITE_CUDA_RMSPROP) {
     // Caller order: velocity [, momentum][, average_grad]; kernel positions are fixed.
     const bool momentum = params[1] > 0, centered = params[3] != 0;
-    *s = {{slots[0], momentum ? slots[1] : nullptr, centered ? slots[momentum ? 2 : 1] : nullptr}};
+    const int avg = momentum ? 2 : 1;
+    s[1] = momentum ? slots[1] : nullptr;
+    s[2] = centered ? slots[avg] : nullptr;
+    order[2] = avg;
   }
   return true;
+}
+
+bool PrepareApply(int kind, const double* params, int num_params, int64_t dim, int64_t n,
+                  float* const* slots, int num_slots, Slots* s) {
+  int order[3];
+  return PrepareApply(kind, params, num_params, dim, n, slots, num_slots, s->s, order);
 }
 
 // Calls launch(std::integral_constant<int, K>{}) for the optimizer code `kind`.
@@ -311,6 +352,30 @@ extern "C" cudaError_t sok_lite_cuda_apply_rows(int kind, double learning_rate, 
   });
 }
 
+namespace sok_lite {
+namespace cuda {
+namespace {
+
+template <typename SlotPtrs>
+cudaError_t ApplyHalf(int kind, double learning_rate, double weight_decay, const double* params,
+                      int num_params, int64_t dim, const int64_t* rows, const float* grads,
+                      int64_t n, uint16_t* var, const SlotPtrs& s, int format, uint64_t seed,
+                      int64_t step, int64_t row_stride, int64_t row_offset, cudaStream_t stream) {
+  if (format < 0 || format > 1) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (!rows || !grads || !var) return cudaErrorInvalidValue;
+  const Hyper h = MakeHyper(kind, learning_rate, weight_decay, params, num_params);
+  const Narrowing narrowing = {static_cast<HalfFormat>(format), RoundingStepKey(seed, step),
+                               row_stride, row_offset};
+  return ForKind(kind, [&](auto k) {
+    return LaunchHalf<decltype(k)::value>(h, dim, rows, grads, n, var, s, narrowing, stream);
+  });
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace sok_lite
+
 extern "C" cudaError_t sok_lite_cuda_apply_half_rows(
     int kind, double learning_rate, double weight_decay, const double* params, int num_params,
     int64_t dim, const int64_t* rows, const float* grads, int64_t n, uint16_t* var,
@@ -321,13 +386,20 @@ extern "C" cudaError_t sok_lite_cuda_apply_half_rows(
   if (!PrepareApply(kind, params, num_params, dim, n, slots, num_slots, &s)) {
     return cudaErrorInvalidValue;
   }
-  if (format < 0 || format > 1) return cudaErrorInvalidValue;
-  if (n == 0) return cudaSuccess;
-  if (!rows || !grads || !var) return cudaErrorInvalidValue;
-  const Hyper h = MakeHyper(kind, learning_rate, weight_decay, params, num_params);
-  const Narrowing narrowing = {static_cast<sok_lite::HalfFormat>(format), seed, step, row_stride,
-                               row_offset};
-  return ForKind(kind, [&](auto k) {
-    return LaunchHalf<decltype(k)::value>(h, dim, rows, grads, n, var, s, narrowing, stream);
-  });
+  return ApplyHalf(kind, learning_rate, weight_decay, params, num_params, dim, rows, grads, n, var,
+                   s, format, seed, step, row_stride, row_offset, stream);
+}
+
+extern "C" cudaError_t sok_lite_cuda_apply_half_rows_bf16_slots(
+    int kind, double learning_rate, double weight_decay, const double* params, int num_params,
+    int64_t dim, const int64_t* rows, const float* grads, int64_t n, uint16_t* var,
+    uint16_t* const* bf16_slots, int num_slots, int format, uint64_t seed, int64_t step,
+    int64_t row_stride, int64_t row_offset, cudaStream_t stream) {
+  using namespace sok_lite::cuda;
+  HalfSlots s;
+  if (!PrepareApply(kind, params, num_params, dim, n, bf16_slots, num_slots, s.s, s.order)) {
+    return cudaErrorInvalidValue;
+  }
+  return ApplyHalf(kind, learning_rate, weight_decay, params, num_params, dim, rows, grads, n, var,
+                   s, format, seed, step, row_stride, row_offset, stream);
 }

@@ -99,6 +99,15 @@ cudaError_t sok_lite_cuda_apply_half_rows(int kind, double learning_rate, double
                                           int64_t row_stride, int64_t row_offset,
                                           cudaStream_t stream);
 
+// sok_lite_cuda_apply_half_rows with bfloat16 slots (bit patterns): widened, updated in float32
+// and rounded back stochastically as core ApplyHalfRows does (slot s of the caller's order with
+// the draws of columns (s + 1) * dim + c).
+cudaError_t sok_lite_cuda_apply_half_rows_bf16_slots(
+    int kind, double learning_rate, double weight_decay, const double* params, int num_params,
+    int64_t dim, const int64_t* rows, const float* grads, int64_t n, uint16_t* var,
+    uint16_t* const* bf16_slots, int num_slots, int format, uint64_t seed, int64_t step,
+    int64_t row_stride, int64_t row_offset, cudaStream_t stream);
+
 // ---------------------------------------------------------------------------------------------
 // Ids: checks, deduplication, partition by owner.
 

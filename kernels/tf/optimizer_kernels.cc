@@ -64,6 +64,17 @@ class SparseApplyFunctor<CPUDevice, T> {
     return absl::OkStatus();
   }
 
+  absl::Status ApplyHalfSlots(tensorflow::OpKernelContext* ctx, OptimizerKind kind,
+                              const OptimizerHyper& hyper, int64_t dim, uint16_t* w,
+                              const std::vector<uint16_t*>& bf16_slots,
+                              const HalfRounding& rounding) {
+    // The scratch (row and slots widened) is allocated once per shard, not per row.
+    ParallelFor(ctx, rows_.size(), 24 * dim + 10, [&](int64_t i0, int64_t i1) {
+      ApplyHalfRows(kind, hyper, dim, rows_.data(), g_, i0, i1, w, bf16_slots, rounding);
+    });
+    return absl::OkStatus();
+  }
+
  private:
   std::vector<int64_t> rows_;
   std::vector<T> summed_;

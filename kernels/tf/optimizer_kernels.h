@@ -35,7 +35,9 @@ namespace sok_lite {
 //   absl::Status Apply(ctx, kind, hyper, dim, var, slots): the update of every distinct row
 //     of var and its slots (device pointers), with the gradients of repeated rows summed;
 //   absl::Status ApplyHalf(ctx, kind, hyper, dim, var, slots, rounding): the same for a table
-//     stored in 16 bits (var: uint16_t bit patterns; T = float).
+//     stored in 16 bits (var: uint16_t bit patterns; T = float);
+//   absl::Status ApplyHalfSlots(ctx, kind, hyper, dim, var, bf16_slots, rounding): the same
+//     with bfloat16 slots (uint16_t bit patterns), rounded back stochastically beside the row.
 // kMaxIndices bounds the number of indices the device's launchers take.
 template <typename Device, typename T>
 class SparseApplyFunctor;
@@ -115,8 +117,14 @@ class SparseApplyOp : public tensorflow::OpKernel {
     OP_REQUIRES(ctx, shape.dim_size(1) == dim,
                 errors::InvalidArgument(label, ": gradient rows have ", dim, " columns, the ",
                                         "variable ", shape.dim_size(1)));
+    // Slots hold T, or bfloat16 beside a 16-bit table of float32 rows (all slots alike).
+    const bool half_table = vars[0]->tensor()->dtype() != tensorflow::DataTypeToEnum<T>::v();
+    const bool bf16_slots =
+        half_table && num_slots > 0 && vars[1]->tensor()->dtype() == tensorflow::DT_BFLOAT16;
     for (int i = 1; i <= num_slots; ++i) {
-      OP_REQUIRES_OK(ctx, CheckTable<T>(vars[i].get(), label + " slot " + std::to_string(i - 1)));
+      const std::string slot_label = label + " slot " + std::to_string(i - 1);
+      OP_REQUIRES_OK(ctx, bf16_slots ? CheckTable<Eigen::bfloat16>(vars[i].get(), slot_label)
+                                     : CheckTable<T>(vars[i].get(), slot_label));
       OP_REQUIRES(ctx, vars[i]->tensor()->shape() == shape,
                   errors::InvalidArgument(label, ": slot ", i - 1, " has shape ",
                                           vars[i]->tensor()->shape().DebugString()));
@@ -133,7 +141,15 @@ class SparseApplyOp : public tensorflow::OpKernel {
     }
 
     std::vector<T*> slots;
-    for (int i = 1; i <= num_slots; ++i) slots.push_back(vars[i]->tensor()->flat<T>().data());
+    std::vector<uint16_t*> bf16_slot_bits;
+    for (int i = 1; i <= num_slots; ++i) {
+      Tensor* slot = vars[i]->tensor();
+      if (bf16_slots) {
+        bf16_slot_bits.push_back(HalfBits(slot->flat<Eigen::bfloat16>().data()));
+      } else {
+        slots.push_back(slot->flat<T>().data());
+      }
+    }
     Tensor* table = vars[0]->tensor();
     OP_REQUIRES_OK(
         ctx, ForTableType<Device, T>(table->dtype(), label, [&](auto stored) -> absl::Status {
@@ -144,8 +160,11 @@ class SparseApplyOp : public tensorflow::OpKernel {
             HalfRounding rounding = rounding_;
             rounding.format = HalfStorage<Stored>::kFormat;
             rounding.step = step;
-            return rows.ApplyHalf(ctx, kind_, hyper, dim, HalfBits(table->flat<Stored>().data()),
-                                  slots, rounding);
+            uint16_t* bits = HalfBits(table->flat<Stored>().data());
+            if (bf16_slots) {
+              return rows.ApplyHalfSlots(ctx, kind_, hyper, dim, bits, bf16_slot_bits, rounding);
+            }
+            return rows.ApplyHalf(ctx, kind_, hyper, dim, bits, slots, rounding);
           }
         }));
   }

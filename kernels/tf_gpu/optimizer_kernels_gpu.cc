@@ -98,6 +98,23 @@ class SparseApplyFunctor<GPUDevice, float> {
         "apply_half_rows");
   }
 
+  // The same with bfloat16 slots, rounded back beside the row.
+  absl::Status ApplyHalfSlots(OpKernelContext* ctx, OptimizerKind kind, const OptimizerHyper& hyper,
+                              int64_t dim, uint16_t* w, const std::vector<uint16_t*>& bf16_slots,
+                              const HalfRounding& rounding) {
+    if (u_ == 0 || dim == 0) return absl::OkStatus();
+    Tensor summed_t;
+    const float* g = nullptr;
+    TF_RETURN_IF_ERROR(SummedGradients(ctx, dim, &summed_t, &g));
+    return CudaStatus(
+        sok_lite_cuda_apply_half_rows_bf16_slots(
+            static_cast<int>(kind), hyper.lr, hyper.weight_decay, hyper.p.data(),
+            static_cast<int>(hyper.p.size()), dim, rows_, g, u_, w, bf16_slots.data(),
+            static_cast<int>(bf16_slots.size()), static_cast<int>(rounding.format), rounding.seed,
+            rounding.step, rounding.row_stride, rounding.row_offset, OpStream(ctx)),
+        "apply_half_rows_bf16_slots");
+  }
+
  private:
   // *g = the gradient of each distinct row: grads itself, or (repeated rows) their sums in
   // *summed_t.

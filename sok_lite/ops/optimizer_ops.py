@@ -24,7 +24,8 @@ def sparse_apply(
 
     Args:
       var_handle: the variable's resource handle ([rows, dim]).
-      slot_handles: the slots' handles, shaped like the variable, in the order of `kind`.
+      slot_handles: the slots' handles, shaped like the variable, in the order of `kind`:
+        the gradients' dtype, or (all of them) bfloat16 beside a 16-bit variable.
       indices: int64 [n] local rows (repeats are summed).
       grads: [n, dim] gradient rows: the variable's dtype, or float32 for a bfloat16 / float16
         variable (updated in float32, then rounded back).

@@ -62,6 +62,7 @@ def test_private_tensorflow_names_still_exist():
         "handles",
         "indices",
     ]
+    assert tf.Variable(1.0)._serialize_to_tensors().keys() == {_tf_internals.VARIABLE_VALUE_KEY}
 
 
 def test_public_api():

@@ -8,8 +8,8 @@
 #include "kernels/core/combine.h"
 #include "kernels/core/cpu_gpu_rules.h"
 #include "kernels/core/exchange.h"
-#include "kernels/core/huge_pages.h"
 #include "kernels/core/half_rows.h"
+#include "kernels/core/huge_pages.h"
 #include "kernels/core/optimizers.h"
 #include "kernels/core/unique.h"
 
@@ -134,6 +134,28 @@ void sok_core_apply_half_rows(int kind, double lr, double weight_decay, const do
   h.weight_decay = weight_decay;
   h.p.assign(p, p + num_p);
   const std::vector<float*> slot_list(slots, slots + num_slots);
+  sok_lite::HalfRounding rounding;
+  rounding.format = static_cast<sok_lite::HalfFormat>(format);
+  rounding.seed = seed;
+  rounding.step = step;
+  rounding.row_stride = row_stride;
+  rounding.row_offset = row_offset;
+  sok_lite::ApplyHalfRows(static_cast<OptimizerKind>(kind), h, dim, rows, grads, 0, n, var,
+                          slot_list, rounding);
+}
+
+// The same with bfloat16 slots (bit patterns).
+void sok_core_apply_half_rows_bf16_slots(int kind, double lr, double weight_decay, const double* p,
+                                         int num_p, int64_t dim, const int64_t* rows,
+                                         const float* grads, int64_t n, uint16_t* var,
+                                         uint16_t* const* slots, int num_slots, int format,
+                                         uint64_t seed, int64_t step, int64_t row_stride,
+                                         int64_t row_offset) {
+  sok_lite::OptimizerHyper h;
+  h.lr = lr;
+  h.weight_decay = weight_decay;
+  h.p.assign(p, p + num_p);
+  const std::vector<uint16_t*> slot_list(slots, slots + num_slots);
   sok_lite::HalfRounding rounding;
   rounding.format = static_cast<sok_lite::HalfFormat>(format);
   rounding.seed = seed;

@@ -71,6 +71,11 @@ SIGNATURES = {
         [c_int, c_double, c_double, F64, c_int, c_i64, I64, F32, c_i64, U16]
         + [ctypes.POINTER(ctypes.c_void_p), c_int, c_int, c_u64, c_i64, c_i64, c_i64],
     ),
+    "sok_core_apply_half_rows_bf16_slots": (
+        None,
+        [c_int, c_double, c_double, F64, c_int, c_i64, I64, F32, c_i64, U16]
+        + [ctypes.POINTER(ctypes.c_void_p), c_int, c_int, c_u64, c_i64, c_i64, c_i64],
+    ),
 }
 
 
@@ -79,14 +84,14 @@ def find_cxx():
     return next((c for c in candidates if c and shutil.which(c)), None)
 
 
-@pytest.fixture(scope="module")
-def core(tmp_path_factory):
+def build_core(tmp_path_factory, *defines):
     cxx = find_cxx()
     if cxx is None:
         pytest.skip("no C++ compiler")
     lib = tmp_path_factory.mktemp("core_capi") / "libcore_capi.so"
     sources = [ROOT / "tests/core/core_capi.cc"] + [ROOT / "kernels/core" / s for s in CORE_SOURCES]
     cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-Wall", f"-I{ROOT}", "-o", str(lib)]
+    cmd += [f"-D{d}" for d in defines]
     built = subprocess.run(cmd + [str(s) for s in sources], capture_output=True, text=True)
     assert built.returncode == 0, built.stdout + built.stderr
     dll = ctypes.CDLL(str(lib))
@@ -94,6 +99,20 @@ def core(tmp_path_factory):
         fn = getattr(dll, name)
         fn.restype, fn.argtypes = restype, argtypes
     return dll
+
+
+@pytest.fixture(scope="module")
+def core(tmp_path_factory):
+    return build_core(tmp_path_factory)
+
+
+@pytest.fixture(scope="module", params=["dispatched", "baseline"])
+def half_core(request, tmp_path_factory):
+    """The core library as built (16-bit row conversions dispatched at load time: the AVX2
+    clone on a CPU that has it) and built without the clones (baseline x86-64 code)."""
+    if request.param == "dispatched":
+        return request.getfixturevalue("core")
+    return build_core(tmp_path_factory, "SOK_LITE_NO_TARGET_CLONES")
 
 
 def many_keys(rng, n=20000):
@@ -363,7 +382,8 @@ def _apply_half(core, kind, var_bits, slots, rows, grads, p, fmt, seed, step, st
 
 
 @pytest.mark.parametrize("fmt", [BF16, FP16])
-def test_half_rows_sgd_and_adam_round_the_float32_update(core, fmt):
+def test_half_rows_sgd_and_adam_round_the_float32_update(half_core, fmt):
+    core = half_core
     rng = np.random.default_rng(23 + fmt)
     vocab, dim, seed, step = 40, 19, 777, 5
     wide = rng.standard_normal((vocab, dim)).astype(np.float32)
@@ -448,3 +468,72 @@ def test_huge_page_advice_keeps_values_and_is_given_once(core, monkeypatch):
     np.testing.assert_array_equal(big, np.arange(20 << 20, dtype=np.float32))
     if Path("/sys/kernel/mm/transparent_hugepage").is_dir():  # Linux with THP built in
         assert first == 1
+
+
+@pytest.mark.parametrize("fmt", [BF16, FP16])
+def test_half_rows_with_bf16_slots_round_the_float32_adam_step(half_core, fmt):
+    """bfloat16 slots: widened, the float32 Adam step (NumPy float32, same operation order),
+    rounded back stochastically with the draws of columns (s + 1) * dim + c of the row's key."""
+    core = half_core
+    rng = np.random.default_rng(41 + fmt)
+    vocab, dim, seed, step, stride, offset = 40, 19, 555, 4, 3, 2
+    wide = rng.standard_normal((vocab, dim)).astype(np.float32)
+    if fmt == FP16:
+        bits = wide.astype(np.float16).view(np.uint16)
+        start = bits.view(np.float16).astype(np.float32)
+    else:
+        bits = (wide.view(np.uint32) >> 16).astype(np.uint16)
+        start = bf16_widen(bits)
+    slot_bits = [
+        (rng.uniform(0.01, 1.0, (vocab, dim)).astype(np.float32).view(np.uint32) >> 16).astype(
+            np.uint16
+        )
+        for _ in range(2)
+    ]
+    m0, v0 = (bf16_widen(b) for b in slot_bits)
+    rows = rng.choice(vocab, 12, replace=False).astype(np.int64)
+    grads = rng.standard_normal((rows.size, dim)).astype(np.float32)
+    var, slots = bits.copy(), [b.copy() for b in slot_bits]
+    b1, b2, eps, lr = 0.9, 0.999, 1e-7, 0.05
+    ptrs = (ctypes.c_void_p * 2)(*[s.ctypes.data for s in slots])
+    code = core.sok_core_optimizer_code(b"adam")
+    params = np.array([b1, b2, eps, step], np.float64)
+    core.sok_core_apply_half_rows_bf16_slots(
+        code,
+        lr,
+        0.0,
+        params,
+        4,
+        dim,
+        rows,
+        grads,
+        rows.size,
+        var,
+        ptrs,
+        2,
+        fmt,
+        seed,
+        step,
+        stride,
+        offset,
+    )
+    f = np.float32
+    m = m0[rows] + (grads - m0[rows]) * (f(1) - f(b1))
+    v = v0[rows] + (grads * grads - v0[rows]) * (f(1) - f(b2))
+    alpha = f(lr) * np.sqrt(f(1) - f(b2) ** f(step)) / (f(1) - f(b1) ** f(step))
+    w = start[rows] - (m * alpha) / (np.sqrt(v) + f(eps))
+    global_rows = rows * stride + offset
+
+    def stochastic(x, col0):
+        draws = key_hash.rounding_bits(seed, step, global_rows, dim, col0=col0)
+        return ((x.view(np.uint32) + draws) >> 16).astype(np.uint16)
+
+    if fmt == FP16:
+        np.testing.assert_array_equal(var[rows], w.astype(np.float16).view(np.uint16))
+    else:
+        np.testing.assert_array_equal(var[rows], stochastic(w, 0))
+    np.testing.assert_array_equal(slots[0][rows], stochastic(m, dim))
+    np.testing.assert_array_equal(slots[1][rows], stochastic(v, 2 * dim))
+    untouched = np.setdiff1d(np.arange(vocab), rows)
+    for got, before in zip(slots, slot_bits):
+        np.testing.assert_array_equal(got[untouched], before[untouched])

@@ -2,6 +2,7 @@
 float32 tables and for bfloat16 tables, whose stochastic rounding draws from global rows."""
 
 import numpy as np
+import pytest
 
 from tests.distributed.launcher import run_ranks
 
@@ -37,12 +38,14 @@ def test_adam_run_on_two_ranks_equals_one_rank(tmp_path):
     assert np.count_nonzero(a["table0_m"]) > 0 and np.count_nonzero(a["table1_v"]) > 0
 
 
-def test_bfloat16_tables_on_two_ranks_equal_one_rank_bit_for_bit(tmp_path):
+@pytest.mark.parametrize("slot_dtype", ["float32", "bfloat16"], ids=["f32_slots", "bf16_slots"])
+def test_bfloat16_tables_on_two_ranks_equal_one_rank_bit_for_bit(slot_dtype, tmp_path):
+    """bfloat16 slots too: their rounding also draws from global rows."""
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir()
     two.mkdir()
-    run_ranks("optimizer_worker.py", 1, one, "bfloat16")
-    run_ranks("optimizer_worker.py", 2, two, "bfloat16")
+    run_ranks("optimizer_worker.py", 1, one, "bfloat16", slot_dtype)
+    run_ranks("optimizer_worker.py", 2, two, "bfloat16", slot_dtype)
     a, b = global_arrays(one, 1), global_arrays(two, 2)
     assert sorted(a) == sorted(b) and {"table0_m", "table0_v", "table1_m"} <= set(a)
     for key in a:

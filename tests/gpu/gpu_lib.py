@@ -55,6 +55,26 @@ _SIGNATURES = {
         _I64,
         _P,
     ],
+    "sok_lite_cuda_apply_half_rows_bf16_slots": [
+        ctypes.c_int,
+        ctypes.c_double,
+        ctypes.c_double,
+        ctypes.POINTER(ctypes.c_double),
+        ctypes.c_int,
+        _I64,
+        _P,
+        _P,
+        _I64,
+        _P,
+        ctypes.POINTER(_P),
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_uint64,
+        _I64,
+        _I64,
+        _I64,
+        _P,
+    ],
     "sok_lite_cuda_apply_rows": [
         ctypes.c_int,
         ctypes.c_double,
@@ -276,11 +296,19 @@ class Kernels:
         )
         _check("gather_half_rows", rc)
 
-    def apply_half_rows(self, kind, lr, params, rows, grads, var, slots, fmt, rounding):
-        """rounding: (seed, step, row_stride, row_offset)."""
+    def apply_half_rows(
+        self, kind, lr, params, rows, grads, var, slots, fmt, rounding, bf16_slots=False
+    ):
+        """rounding: (seed, step, row_stride, row_offset); bf16_slots: slots hold bfloat16
+        bit patterns (uint16) instead of float32."""
         c_params = (ctypes.c_double * max(len(params), 1))(*params)
         c_slots = (_P * max(len(slots), 1))(*[_ptr(s) for s in slots])
-        rc = self.lib.sok_lite_cuda_apply_half_rows(
+        launcher = (
+            self.lib.sok_lite_cuda_apply_half_rows_bf16_slots
+            if bf16_slots
+            else self.lib.sok_lite_cuda_apply_half_rows
+        )
+        rc = launcher(
             OPTIMIZERS[kind],
             lr,
             0.0,

@@ -108,3 +108,51 @@ def test_apply_half_rows_rounds_the_float32_step(kernels, fmt, kind, params, num
     assert diff.max() <= 1 and (diff == 0).mean() > 0.999, (diff.max(), (diff != 0).sum())
     for got, expected in zip(d_slots, slots):
         np.testing.assert_allclose(got.get(), expected, rtol=1e-6, atol=1e-7)
+
+
+RMSPROP_ALL = ("rmsprop", [0.9, 0.5, 1e-7, 1, 0], 3)  # momentum and centered: slot positions
+
+
+@pytest.mark.parametrize("fmt", [BF16, FP16])
+@pytest.mark.parametrize("kind,params,num_slots", CASES[1:] + [RMSPROP_ALL])
+def test_apply_half_rows_with_bf16_slots_rounds_them_as_the_cpu(
+    kernels, fmt, kind, params, num_slots
+):
+    """bfloat16 slots: the float32 step rounded back, slot s of the caller's order with the
+    draws of columns (s + 1) * dim + c (key_hash.rounding_bits with col0)."""
+    rng = np.random.default_rng(17 + fmt)
+    table_rows, dim, n, lr = 200, 37, 60, 0.05
+    seed, step, stride, offset = 99, 4, 2, 1
+    bits = random_bits(rng, (table_rows, dim), fmt)
+    slot_bits = [
+        (rng.uniform(0.1, 1.0, (table_rows, dim)).astype(np.float32).view(np.uint32) >> 16).astype(
+            np.uint16
+        )
+        for _ in range(num_slots)
+    ]
+    rows = rng.choice(table_rows, size=n, replace=False).astype(np.int64)
+    grads = rng.standard_normal((n, dim)).astype(np.float32)
+    d_var, d_slots = cp.asarray(bits), [cp.asarray(s) for s in slot_bits]
+    kernels.apply_half_rows(
+        kind,
+        lr,
+        params,
+        cp.asarray(rows),
+        cp.asarray(grads),
+        d_var,
+        d_slots,
+        fmt,
+        (seed, step, stride, offset),
+        bf16_slots=True,
+    )
+    wide = widen(bits, fmt)
+    slots = [widen(s, BF16) for s in slot_bits]
+    ref.apply_rows(kind, lr, 0.0, params, rows, grads, wide, slots)
+    global_rows = rows * stride + offset
+    for s, (got, start, expected) in enumerate(zip(d_slots, slot_bits, slots)):
+        draws = key_hash.rounding_bits(seed, step, global_rows, dim, col0=(s + 1) * dim)
+        want = start.copy()
+        want[rows] = ((expected[rows].view(np.uint32) + draws) >> 16).astype(np.uint16)
+        # As above: an ulp of float32 difference moves a rounded value by one step, rarely.
+        diff = np.abs(got.get().astype(np.int32) - want.astype(np.int32))
+        assert diff.max() <= 1 and (diff == 0).mean() > 0.999, (s, diff.max(), (diff != 0).sum())

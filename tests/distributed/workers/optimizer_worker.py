@@ -1,9 +1,10 @@
 """A training run (lookup + loss + OptimizerScope(Adam with global_clipnorm)) whose final tables
 and slots the launching test compares between 1 and 2 ranks (test_horovod_optimizer.py).
 
-argv[2], optional: the tables' dtype. A 16-bit run sums integer-valued gradients without
-clipping, so that every rank count computes the same float32 rows bit for bit and the test can
-ask the same of the (stochastically) rounded 16-bit tables."""
+argv[2], optional: the tables' dtype; argv[3], optional: their slot dtype (bfloat16 slots). A
+16-bit run sums integer-valued gradients without clipping, so that every rank count computes the
+same float32 rows bit for bit and the test can ask the same of the (stochastically) rounded
+16-bit tables."""
 
 import sys
 
@@ -22,13 +23,21 @@ out_dir = sys.argv[1]
 report = Report(out_dir, RANK)
 
 DTYPE = sys.argv[2] if len(sys.argv) > 2 else "float32"
+SLOT_DTYPE = sys.argv[3] if len(sys.argv) > 3 else None
 EXACT = DTYPE != "float32"
 
 users = sok.Variable(
-    shape=[37, 8], initializer=keras.initializers.RandomNormal(seed=4), dtype=DTYPE
+    shape=[37, 8],
+    initializer=keras.initializers.RandomNormal(seed=4),
+    dtype=DTYPE,
+    slot_dtype=SLOT_DTYPE,
 )
 items = sok.Variable(
-    shape=[11, 3], initializer="random_uniform", mode=f"localized:{N - 1}", dtype=DTYPE
+    shape=[11, 3],
+    initializer="random_uniform",
+    mode=f"localized:{N - 1}",
+    dtype=DTYPE,
+    slot_dtype=SLOT_DTYPE,
 )
 tables = [users, items]
 opt = keras.optimizers.Adam(0.05) if EXACT else keras.optimizers.Adam(0.05, global_clipnorm=0.5)
@@ -70,7 +79,7 @@ arrays = {}
 for t, table in enumerate(tables):
     arrays[f"table{t}"] = tf.cast(table, tf.float32).numpy()  # 16-bit values widen exactly
     for name, slot in sok.opt_slots(opt, table).items():
-        arrays[f"table{t}_{name}"] = slot.numpy()
+        arrays[f"table{t}_{name}"] = tf.cast(slot, tf.float32).numpy()  # bfloat16: exact
         report.check()
 np.savez(f"{out_dir}/arrays{RANK}.npz", **arrays)
 report.write(num_ranks=N)

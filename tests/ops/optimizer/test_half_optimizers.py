@@ -13,7 +13,7 @@ import sok_lite as sok
 from sok_lite import key_hash
 from tests.ops.optimizer.test_optimizers import CASES
 
-ROWS, DIM = 24, 37  # 37 columns: every position of RoundingBits' four 16-bit draws
+ROWS, DIM = 24, 37  # an odd width: vector loops of the conversions and their tails
 
 
 def representable(dtype, seed) -> np.ndarray:
