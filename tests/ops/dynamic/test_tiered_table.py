@@ -284,3 +284,57 @@ def test_disk_full_is_an_error_and_loses_no_row(tmp_path):
     assert "ERROR" in done.stdout and "'full'" in done.stdout, done.stdout
     assert "File too large" in done.stdout, done.stdout
     assert "INTACT True" in done.stdout, done.stdout
+
+
+CRASH = """
+import os, signal, sys
+import keras, numpy as np
+import sok_lite as sok
+from tests.ops.dynamic.test_tiered_table import DIM, batches, init, sorted_rows, train_step
+mode, root = sys.argv[1], sys.argv[2]
+disk = sok.storage.Disk(root + "/tier", ram_budget="400KiB")
+table = sok.DynamicVariable(DIM, initializer=init(), name="crash", storage=disk)
+opt = keras.optimizers.Adam(0.01)
+data = list(batches(8, 10))
+if mode == "crash":
+    for ids in data[:6]:
+        train_step(table, opt, ids)
+    sok.dump(root + "/ckpt", [table], opt)
+    for ids in data[6:8]:
+        train_step(table, opt, ids)
+    os.kill(os.getpid(), signal.SIGKILL)  # mid-run: the tier file is left as it was
+sok.load(root + "/ckpt", [table], opt)
+for ids in data[6:]:
+    train_step(table, opt, ids)
+keys, rows = sorted_rows(table)
+np.savez(root + "/resumed.npz", keys=keys, rows=rows)
+"""
+
+
+def test_killed_run_resumes_from_its_dump(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def run(mode):
+        return subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(CRASH), mode, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=root,
+            env=env,
+        )
+
+    crashed = run("crash")
+    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    resumed = run("resume")  # a new process: same table name and path, a fresh tier
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # The uninterrupted run, in this process: RAM table, all ten steps.
+    table = sok.DynamicVariable(DIM, initializer=init(), name="uninterrupted")
+    opt = keras.optimizers.Adam(0.01)
+    for ids in batches(8, 10):
+        train_step(table, opt, ids)
+    keys, rows = sorted_rows(table)
+    got = np.load(tmp_path / "resumed.npz")
+    np.testing.assert_array_equal(got["keys"], keys)
+    np.testing.assert_array_equal(got["rows"], rows)
