@@ -213,8 +213,10 @@ std::string HashTable::AdmitMissing(const int64_t* keys, std::vector<int64_t>* m
 
 std::string HashTable::RecordsForUpdate(const int64_t* keys, int64_t n, int64_t step,
                                         float** records, const Runner& run) {
-  if (tier_) {  // rows spilled since their lookup come back, in place before any pointer is taken
-    const std::string problem = FetchFromTier(keys, n, false);
+  if (tier_) {
+    // Rows spilled since their lookup come back before any pointer is taken; room is made from
+    // any rows but these (the rows of the last lookup need not stay for an update).
+    const std::string problem = FetchFromTier(keys, n, false, false);
     if (!problem.empty()) return problem;
   }
   ForEachSlot(keys, n, run, [&](int64_t i, int64_t s) {
