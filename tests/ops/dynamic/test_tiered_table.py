@@ -338,3 +338,25 @@ def test_killed_run_resumes_from_its_dump(tmp_path):
     got = np.load(tmp_path / "resumed.npz")
     np.testing.assert_array_equal(got["keys"], keys)
     np.testing.assert_array_equal(got["rows"], rows)
+
+
+def test_export_saved_model_reads_both_tiers(tmp_path):
+    ram, tiered = make_pair(tmp_path, "served")
+    opt_ram, opt_tiered = keras.optimizers.Adam(0.01), keras.optimizers.Adam(0.01)
+    data = list(batches(10, 8))
+    for ids in data:
+        train_step(ram, opt_ram, ids)
+        train_step(tiered, opt_tiered, ids)
+    assert tiered.memory_stats()["rows_disk"] > 0
+
+    def predict(values, splits):
+        ids = tf.RaggedTensor.from_row_splits(values, splits)
+        return sok.lookup_sparse(tiered, ids, combiners="sum")
+
+    spec = [tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64)]
+    sok.export_saved_model(predict, tmp_path / "served", spec, tables=[tiered])
+    serve = tf.saved_model.load(str(tmp_path / "served")).signatures["serving_default"]
+    ids = data[0]  # every key stored, most of them on disk
+    served = list(serve(args_0=ids.values, args_1=ids.row_splits).values())[0].numpy()
+    expected = sok.lookup_sparse(ram, ids, combiners="sum").numpy()
+    np.testing.assert_allclose(served, expected, rtol=1e-6, atol=1e-7)
