@@ -165,6 +165,10 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
   }
   const std::string problem = AdmitMissing(keys, &missing);
   if (!problem.empty()) return problem;
+  // With a disk tier, making room may have compacted the rows: every key is probed again.
+  if (tier_) {
+    for (int64_t i = 0; i < n; ++i) missing.push_back(i);
+  }
   for (int64_t i : missing) {
     const int64_t slot = FindSlot(keys[i]);
     rows[i] = slot < 0 ? -1 : slots_[slot].row;

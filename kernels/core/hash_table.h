@@ -178,6 +178,10 @@ class HashTable {
   // Moves RAM rows to disk until `needed` more fit the budget; spares the rows in `keep`
   // (sorted) and, with spare_seen, the rows seen in this lookup step.
   std::string Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen);
+  // Moves the RAM rows into the fewest chunks and frees the rest, so that the chunks a table
+  // once needed (before spills, or before its slots widened the rows) do not outlast the
+  // budget. Row numbers change: callers probe again afterwards.
+  void CompactRows();
   // Counts the keys at positions `missing` (not stored; a key may repeat) as seen in this step
   // and stores those now admitted, in order of first occurrence, evicting if the table is full.
   // Sorts `missing`. Returns "" or an error.

@@ -80,7 +80,37 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
   if (!problem.empty()) return problem;  // the rows stay in RAM
   for (const RowMeta& m : metas) Erase(m.key);
   counters_.spills += count;
+  const int64_t chunks_needed = (size_ + kChunkRows - 1) / kChunkRows;
+  if (static_cast<int64_t>(chunks_.size()) > chunks_needed) CompactRows();
   return "";
+}
+
+void HashTable::CompactRows() {
+  const int64_t keep_rows = (size_ + kChunkRows - 1) / kChunkRows * kChunkRows;
+  // Rows past keep_rows move into the free rows below it, their index slots following them.
+  std::vector<int64_t> holes;
+  for (int64_t r = 0; r < keep_rows && r < static_cast<int64_t>(meta_.size()); ++r) {
+    if (!row_used_[r]) holes.push_back(r);
+  }
+  size_t next = 0;
+  for (int64_t r = keep_rows; r < static_cast<int64_t>(meta_.size()); ++r) {
+    if (!row_used_[r]) continue;
+    const int64_t to = holes[next++];
+    std::memcpy(RowPtr(to), RowPtr(r), stride() * sizeof(float));
+    meta_[to] = meta_[r];
+    row_used_[to] = true;
+    slots_[FindSlot(meta_[r].key)].row = to;
+  }
+  chunks_.resize(keep_rows / kChunkRows);
+  meta_.resize(std::min<int64_t>(keep_rows, meta_.size()));
+  meta_.shrink_to_fit();
+  row_used_.resize(meta_.size());
+  row_used_.shrink_to_fit();
+  free_rows_.clear();
+  for (int64_t r = meta_.size() - 1; r >= 0; --r) {
+    if (!row_used_[r]) free_rows_.push_back(r);
+  }
+  free_rows_.shrink_to_fit();
 }
 
 std::string HashTable::FetchFromTier(const int64_t* keys, int64_t n, bool mark_seen,
