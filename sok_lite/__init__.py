@@ -1,6 +1,6 @@
 """sok_lite: sharded, sparse and dynamic embedding tables for TensorFlow/Keras."""
 
-from sok_lite import keras, optimizers
+from sok_lite import keras, optimizers, storage
 from sok_lite.checkpoint import CheckpointError, dump, load
 from sok_lite.comm import init, num_ranks, rank
 from sok_lite.dynamic import DynamicVariable
@@ -56,6 +56,7 @@ __all__ = [
     "TableSpec",
     "optimizers",
     "keras",
+    "storage",
     "Init",
     "All2AllDenseEmbedding",
     "DistributedEmbedding",

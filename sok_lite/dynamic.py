@@ -19,9 +19,23 @@ from sok_lite.optimizer_rules import rule_for
 from sok_lite.placement import Placement
 from sok_lite.serving import ServingTable
 from sok_lite.table_dtypes import HALF_DTYPES, check_table_dtype, rounding_seed
+from sok_lite.storage import Disk, table_dir
 from sok_lite.table_kind import TableKind
 
 _table_ids = itertools.count()
+# DynamicVariable.memory_stats' keys, in the order of SokLiteDynamicMemoryStats.
+MEMORY_STATS = (
+    "rows_ram",
+    "rows_disk",
+    "bytes_ram",
+    "bytes_disk",
+    "ram_budget",
+    "hits",
+    "misses",
+    "spills",
+    "evictions",
+)
+RESTORE_ROWS = 65536  # rows per assign of a restore
 
 # The value dtypes a hash table stores (rows are read as float32 from any of them).
 DYNAMIC_DTYPES = (tf.float32, tf.bfloat16, tf.float16)
@@ -165,6 +179,11 @@ class DynamicVariable(BaseResourceVariable, TableKind):
       evict_policy: "lru" (default) or "lfu", used with capacity.
       min_count: a key gets a stored, trainable row from its min_count-th lookup on; before
         that it reads the initializer's value and receives no update.
+      storage: None (default: every row in RAM) or `sok.storage.Disk(path, ram_budget)`: each
+        rank keeps at most ram_budget bytes of rows in RAM and the least recently used rest in
+        a file under `<path>/<name>.rank<r>` (a cache, created empty; sok.dump saves both
+        tiers). Rows move between the tiers with their slots, never lost; such a table lives in
+        host memory and excludes capacity. See docs/user_guide.md, "Tables larger than memory".
       init_capacity: SOK's initial size of each rank's table; a sizing hint only (this table
         grows as needed).
       max_capacity: SOK's bound on the rows of each rank's table: capacity becomes
@@ -177,8 +196,8 @@ class DynamicVariable(BaseResourceVariable, TableKind):
     Raises:
       ValueError: a non-positive dimension, an unsupported key or value dtype, an initializer
         that cannot be computed per key, an unknown var_type or mode (or a rank not in the
-        job), a constraint, conflicting key_type / key_dtype or capacity / max_capacity, or
-        bad policy settings.
+        job), a constraint, conflicting key_type / key_dtype or capacity / max_capacity, bad
+        policy settings, or a storage whose path cannot be written (naming table and path).
       TypeError: a keyword that neither sok_lite nor SOK defines.
 
     >>> import tensorflow as tf, sok_lite as sok
@@ -224,6 +243,7 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         capacity: int | None = None,
         evict_policy: str | None = None,
         min_count: int = 1,
+        storage=None,
         init_capacity: int | None = None,
         max_capacity: int | None = None,
         **config,
@@ -262,10 +282,11 @@ class DynamicVariable(BaseResourceVariable, TableKind):
                 'number, or "random"'
             )
         name = name or "DynamicVariable"
+        tier_path, ram_budget = self._storage_of(storage, name, capacity)
         shared_name = f"sok_lite_dynamic_{name}_{next(_table_ids)}"
-        # The GPU table has no capacity eviction, admission or 16-bit storage: such a table
-        # stays on the CPU.
-        cpu_only = per_rank > 0 or min_count > 1 or dtype in HALF_DTYPES
+        # The GPU table has no capacity eviction, admission, 16-bit storage or disk tier: such
+        # a table stays on the CPU.
+        cpu_only = per_rank > 0 or min_count > 1 or dtype in HALF_DTYPES or bool(tier_path)
         # From the name every rank gives the table: the same draws on any rank.
         seed = rounding_seed(name, [None, dimension])
         with tf.init_scope():
@@ -277,6 +298,8 @@ class DynamicVariable(BaseResourceVariable, TableKind):
                     per_rank,
                     evict_policy,
                     min_count,
+                    tier_path,
+                    ram_budget,
                     storage_dtype=dtype,
                     rounding_seed=seed,
                 )
@@ -298,11 +321,29 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         self._init = init
         self._placement = placement
         self._var_type = var_type
+        self._storage = storage
         self._config = dict(config)
         if init_capacity is not None:
             self._config["init_capacity"] = init_capacity
         if max_capacity is not None:
             self._config["max_capacity"] = max_capacity
+
+    @staticmethod
+    def _storage_of(storage, name: str, capacity) -> tuple:
+        """(directory of this rank's disk tier or "", ram_budget or 0)."""
+        if storage is None:
+            return "", 0
+        if not isinstance(storage, Disk):
+            raise ValueError(
+                f"DynamicVariable '{name}': storage must be None or sok.storage.Disk(path, "
+                f"ram_budget), got {storage!r}"
+            )
+        if capacity is not None:
+            raise ValueError(
+                f"DynamicVariable '{name}': capacity drops rows and storage=Disk keeps them; "
+                "give one of them"
+            )
+        return table_dir(storage, name, comm.current().rank), storage.ram_budget
 
     @staticmethod
     def _key_dtype_of(key_type, key_dtype) -> tf.DType:
@@ -416,6 +457,35 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         return self._capacity
 
     @property
+    def storage(self):
+        """The sok.storage.Disk given at construction, or None (every row in RAM)."""
+        return self._storage
+
+    def memory_stats(self) -> dict:
+        """This rank's rows and bytes in RAM and on disk and the table's counters.
+
+        Returns:
+          A dict of ints: rows_ram, rows_disk, bytes_ram, bytes_disk (the tier file's size),
+          ram_budget (None when unbounded), hits (looked-up keys found in RAM), misses
+          (looked-up keys read back from disk), spills (rows moved to disk) and evictions (rows
+          deleted by capacity or evict()), the counters cumulative since creation. bytes_ram
+          counts what the rows take (records, bookkeeping, indexes), allocated 1024 rows at a
+          time.
+        """
+        if not self._on_host():  # the GPU table keeps no counters
+            rows = int(dynamic_ops.size(self.handle))
+            stats = dict.fromkeys(MEMORY_STATS, 0)
+            stats.update(rows_ram=rows, ram_budget=None)
+            return stats
+        values = [int(v) for v in dynamic_ops.memory_stats(self.handle).numpy()]
+        stats = dict(zip(MEMORY_STATS, values))
+        stats["ram_budget"] = None if stats["ram_budget"] < 0 else stats["ram_budget"]
+        return stats
+
+    def _on_host(self) -> bool:
+        return tf.DeviceSpec.from_string(self.handle.device).device_type in (None, "CPU")
+
+    @property
     def initializer_spec(self):
         """The per-key initializer (a sok_lite.initializers.RowInitializer)."""
         return self._init
@@ -486,7 +556,9 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         """(keys [n], values [n, dim]) stored on this rank; with_slots: rows [n, dim * (1 + k)],
         the value then each optimizer slot; since_step: only rows an optimizer step (or an
         assign) changed after that step."""
-        keys, values = dynamic_ops.export(self.handle, with_slots, since_step)
+        keys, values = dynamic_ops.export(
+            self.handle, with_slots, since_step, f"dynamic table '{self._label}'"
+        )
         return tf.cast(keys, self._key_dtype), values
 
     def assign(self, keys, values, with_slots: bool = False, step: int | None = None, **unused):
@@ -509,7 +581,14 @@ class DynamicVariable(BaseResourceVariable, TableKind):
                 f"'{self.name}': values of width {width} for dimension {self._dimension}"
             )
         step = dynamic_ops.INT64_MAX if step is None else step
-        return dynamic_ops.assign(self.handle, tf.cast(keys, tf.int64), values, with_slots, step)
+        return dynamic_ops.assign(
+            self.handle,
+            tf.cast(keys, tf.int64),
+            values,
+            with_slots,
+            step,
+            f"dynamic table '{self._label}'",
+        )
 
     def evict(self, steps_unseen: int) -> tf.Tensor:
         """Removes rows not looked up during the last steps_unseen lookups; returns how many
@@ -607,7 +686,7 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         # probing every id.
         if num_ranks != 1:
             return False
-        return tf.DeviceSpec.from_string(self.handle.device).device_type in (None, "CPU")
+        return self._on_host()
 
     def lookup_combine(self, ids, splits, weights, combiner, hotness, label):
         return dynamic_ops.lookup_combine(
@@ -632,29 +711,52 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         return {"kind": self.checkpoint_kind, "dim": self._dimension}
 
     def checkpoint_chunks(self, optimizer, since_step, chunk_rows):
-        keys, rows = self.export(with_slots=optimizer is not None, since_step=since_step)
-        keys, rows = keys.numpy().astype(np.int64), rows.numpy()
-        if optimizer is not None:
+        fills = [fill for _, fill in rule_for(optimizer).slots] if optimizer is not None else []
+        for keys, rows in self._export_pieces(optimizer is not None, since_step, chunk_rows):
+            keys = keys.astype(np.int64)
             # A table the optimizer has not stepped yet has no slots laid out: save the values
             # its slots will start from, so that every checkpoint row has the manifest's width.
-            fills = [fill for _, fill in rule_for(optimizer).slots]
             missing = fills[rows.shape[1] // self._dimension - 1 :]
             if missing:
                 pad = np.repeat(np.float32(missing), self._dimension)
                 rows = np.concatenate([rows, np.broadcast_to(pad, (len(rows), len(pad)))], axis=1)
-        for start in range(0, max(len(keys), 1), chunk_rows):
-            yield keys[start : start + chunk_rows], rows[start : start + chunk_rows]
+            yield keys, rows
+
+    def _export_pieces(self, with_slots, since_step, chunk_rows):
+        """(keys, rows) NumPy pieces of at most chunk_rows rows over both tiers; at least one
+        (maybe empty). A host table is read a piece at a time: a dump never holds it whole."""
+        label = f"dynamic table '{self._label}'"
+        if not self._on_host():
+            keys, rows = dynamic_ops.export(self.handle, with_slots, since_step, label)
+            keys, rows = keys.numpy(), rows.numpy()
+            for start in range(0, max(len(keys), 1), chunk_rows):
+                yield keys[start : start + chunk_rows], rows[start : start + chunk_rows]
+            return
+        cursor, first = 0, True
+        while cursor >= 0:
+            keys, rows, cursor = dynamic_ops.export_range(
+                self.handle, cursor, chunk_rows, with_slots, since_step, label
+            )
+            cursor = int(cursor)
+            if len(keys) or first:
+                yield keys.numpy(), rows.numpy()
+            first = False
 
     def checkpoint_restore(self, ids, rows, optimizer, step) -> None:
         dynamic_ops.clear(self.handle)
-        # With slots, assign lays them out in the table first (see SokLiteDynamicAssign).
+        # With slots, assign lays them out in the table first (see SokLiteDynamicAssign), from
+        # the optimizer's initial values: a key first seen after the restore starts its slots
+        # there, as it would have without the restore.
         with_slots = optimizer is not None and bool(rule_for(optimizer).slots)
-        self.assign(
-            tf.constant(ids),
-            tf.constant(rows, tf.float32),
-            with_slots=with_slots,
-            step=-1 if step is None else step,
-        )
+        fills = [fill for _, fill in rule_for(optimizer).slots] if with_slots else []
+        label = f"dynamic table '{self._label}'"
+        step = -1 if step is None else step
+        # In pieces: a tiered table spills between them instead of taking one huge tensor.
+        for start in range(0, max(len(ids), 1), RESTORE_ROWS):
+            piece = slice(start, start + RESTORE_ROWS)
+            keys = tf.cast(tf.constant(ids[piece]), tf.int64)
+            values = tf.constant(rows[piece], tf.float32)
+            dynamic_ops.assign(self.handle, keys, values, with_slots, step, label, fills)
 
     def export_rows(self):
         return self.export()

@@ -74,7 +74,7 @@ int64_t HashTable::AllocateRow() {
   return r;
 }
 
-int64_t HashTable::Insert(int64_t key) {
+int64_t HashTable::InsertSlot(int64_t key) {
   if ((size_ + 1) * 4 > static_cast<int64_t>(slots_.size()) * 3) Grow();  // load <= 0.75
   const int64_t r = AllocateRow();
   const uint64_t mask = slots_.size() - 1;
@@ -82,6 +82,12 @@ int64_t HashTable::Insert(int64_t key) {
   while (slots_[pos].row >= 0) pos = (pos + 1) & mask;
   slots_[pos] = Slot{key, r};
   ++size_;
+  row_used_[r] = true;
+  return r;
+}
+
+int64_t HashTable::Insert(int64_t key) {
+  const int64_t r = InsertSlot(key);
   meta_[r] = RowMeta{key, step_, 0, -1};
   row_used_[r] = true;
   InitRecord(key, RowPtr(r));
@@ -110,7 +116,8 @@ void HashTable::Erase(int64_t key) {
   slots_[hole].row = -1;
 }
 
-std::string HashTable::MakeRoom(int64_t needed) {
+std::string HashTable::MakeRoom(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen) {
+  if (tier_) return Spill(needed, keep, spare_seen);
   if (config_.capacity <= 0 || size_ + needed <= config_.capacity) return "";
   const int64_t excess = size_ + needed - config_.capacity;
   // Candidates: rows not seen in the current step (the batch being looked up must stay).
@@ -129,11 +136,18 @@ std::string HashTable::MakeRoom(int64_t needed) {
   std::vector<int64_t> victims;
   for (int64_t i = 0; i < excess; ++i) victims.push_back(meta_[candidates[i].second].key);
   for (int64_t key : victims) Erase(key);
+  counters_.evictions += victims.size();
   return "";
 }
 
 std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const Runner& run) {
   ++step_;
+  if (tier_) {
+    const std::string problem = FetchFromTier(keys, n, true);
+    if (!problem.empty()) return problem;
+  } else {
+    counters_.hits += n;
+  }
   const int64_t dim = config_.dim;
   // Probe in parallel (a key may repeat: see MarkSeen).
   std::vector<int64_t> rows(n);
@@ -147,6 +161,10 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
   }
   const std::string problem = AdmitMissing(keys, &missing);
   if (!problem.empty()) return problem;
+  // With a disk tier, making room may have compacted the rows: every key is probed again.
+  if (tier_) {
+    for (int64_t i = 0; i < n; ++i) missing.push_back(i);
+  }
   for (int64_t i : missing) {
     const int64_t slot = FindSlot(keys[i]);
     rows[i] = slot < 0 ? -1 : slots_[slot].row;
@@ -193,8 +211,14 @@ std::string HashTable::AdmitMissing(const int64_t* keys, std::vector<int64_t>* m
   return "";
 }
 
-void HashTable::RecordsForUpdate(const int64_t* keys, int64_t n, int64_t step, float** records,
-                                 const Runner& run) {
+std::string HashTable::RecordsForUpdate(const int64_t* keys, int64_t n, int64_t step,
+                                        float** records, const Runner& run) {
+  if (tier_) {
+    // Rows spilled since their lookup come back before any pointer is taken; room is made from
+    // any rows but these (the rows of the last lookup need not stay for an update).
+    const std::string problem = FetchFromTier(keys, n, false, false);
+    if (!problem.empty()) return problem;
+  }
   ForEachSlot(keys, n, run, [&](int64_t i, int64_t s) {
     if (s < 0) {
       records[i] = nullptr;
@@ -204,13 +228,23 @@ void HashTable::RecordsForUpdate(const int64_t* keys, int64_t n, int64_t step, f
     records[i] = RowPtr(r);
     meta_[r].updated = step;  // keys are distinct: no two calls write one row
   });
+  return "";
 }
 
-void HashTable::Assign(int64_t key, const float* row, bool with_slots, int64_t step) {
+std::string HashTable::Assign(int64_t key, const float* row, bool with_slots, int64_t step) {
+  if (tier_ && FindSlot(key) < 0) {
+    // A row on disk comes back (its slots stay when only the value is assigned); a new one
+    // needs room.
+    // Rows assigned in this lookup step may go to disk (a restore larger than the budget).
+    const std::string problem =
+        tier_->Find(key) ? FetchFromTier(&key, 1, false, false) : MakeRoom(1, {}, false);
+    if (!problem.empty()) return problem;
+  }
   int64_t s = FindSlot(key);
   const int64_t r = s < 0 ? Insert(key) : slots_[s].row;
   WriteRow(row, with_slots, RowPtr(r));
   meta_[r].updated = step;
+  return "";
 }
 
 int64_t HashTable::CountSince(int64_t since_step) const {
@@ -218,10 +252,18 @@ int64_t HashTable::CountSince(int64_t since_step) const {
   for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
     n += row_used_[r] && (since_step == INT64_MIN || meta_[r].updated > since_step);
   }
+  if (tier_) {
+    tier_->ForEachMeta(
+        [&](const RowMeta& m) { n += since_step == INT64_MIN || m.updated > since_step; });
+  }
   return n;
 }
 
-void HashTable::AddSlots(const std::vector<float>& initial_values) {
+std::string HashTable::AddSlots(const std::vector<float>& initial_values) {
+  if (tier_) {  // the file first: if it cannot be rewritten, nothing changes
+    const std::string problem = tier_->Widen(config_.dim, initial_values);
+    if (!problem.empty()) return problem;
+  }
   const int64_t old_stride = stride();
   const int old_slots = num_slots();
   slot_init_.insert(slot_init_.end(), initial_values.begin(), initial_values.end());
@@ -238,6 +280,7 @@ void HashTable::AddSlots(const std::vector<float>& initial_values) {
     }
   }
   chunks_ = std::move(chunks);
+  return "";
 }
 
 void HashTable::Clear() {
@@ -248,6 +291,7 @@ void HashTable::Clear() {
   row_used_.clear();
   free_rows_.clear();
   pending_.clear();
+  if (tier_) tier_->Clear();
 }
 
 int64_t HashTable::EvictUnseen(int64_t steps_unseen) {
@@ -256,6 +300,14 @@ int64_t HashTable::EvictUnseen(int64_t steps_unseen) {
     if (row_used_[r] && step_ - meta_[r].last_seen >= steps_unseen) victims.push_back(meta_[r].key);
   }
   for (int64_t key : victims) Erase(key);
+  if (tier_) {
+    const size_t in_ram = victims.size();
+    tier_->ForEachMeta([&](const RowMeta& m) {
+      if (step_ - m.last_seen >= steps_unseen) victims.push_back(m.key);
+    });
+    for (size_t i = in_ram; i < victims.size(); ++i) tier_->Erase(victims[i]);
+  }
+  counters_.evictions += victims.size();
   return victims.size();
 }
 

@@ -15,6 +15,7 @@
 #include "kernels/core/cpu_gpu_rules.h"
 #include "kernels/core/half_rows.h"
 #include "kernels/core/row_init.h"
+#include "kernels/core/row_tier_file.h"
 
 namespace sok_lite {
 
@@ -30,6 +31,19 @@ struct TableConfig {
   bool half_values = false;
   HalfFormat half_format = HalfFormat::kBfloat16;
   uint64_t rounding_seed = 0;  // bfloat16's stochastic rounding of updated rows
+  // Disk tier (AttachTier): the directory of its file, and the bytes of RAM the rows may hold
+  // (records, bookkeeping and both indexes); rows beyond it go to the file.
+  std::string tier_dir;
+  int64_t ram_budget = 0;
+  std::string label;  // names the table in errors (empty: the caller does)
+};
+
+// Counters of MemoryStats, cumulative since creation.
+struct TableCounters {
+  int64_t hits = 0;       // looked-up keys found in RAM
+  int64_t misses = 0;     // looked-up keys read back from disk
+  int64_t spills = 0;     // rows moved from RAM to disk
+  int64_t evictions = 0;  // rows deleted by capacity or EvictUnseen
 };
 
 class HashTable {
@@ -37,7 +51,17 @@ class HashTable {
   explicit HashTable(const TableConfig& config);
 
   const TableConfig& config() const { return config_; }
-  int64_t size() const { return size_; }
+  // Rows stored, in RAM and on disk.
+  int64_t size() const { return size_ + (tier_ ? tier_->size() : 0); }
+  bool tiered() const { return tier_ != nullptr; }
+
+  // Opens the disk tier of config().tier_dir; from then on rows beyond config().ram_budget
+  // spill to it (coldest first) and come back when looked up. Returns "" or an error.
+  std::string AttachTier();
+
+  // rows_ram, rows_disk, bytes_ram, bytes_disk, ram_budget (-1: unbounded), hits, misses,
+  // spills, evictions.
+  std::vector<int64_t> MemoryStats() const;
   int num_slots() const { return static_cast<int>(slot_init_.size()); }
   int64_t step() const { return step_; }
   // Floats per stored record: the value (dim floats, or dim 16-bit values packed two to a
@@ -86,15 +110,18 @@ class HashTable {
   // For an optimizer step: records[i] = the stored record of keys[i] (see stride()) or null,
   // probed through `run`; the found rows count as updated at optimizer step `step`. Keys must
   // be distinct.
-  void RecordsForUpdate(const int64_t* keys, int64_t n, int64_t step, float** records,
-                        const Runner& run);
+  // With a disk tier, rows on disk are read back first. Returns "" or an error.
+  std::string RecordsForUpdate(const int64_t* keys, int64_t n, int64_t step, float** records,
+                               const Runner& run);
 
   // Stores key with `row` ([row_width()] floats, or [dim] with slots at their initial values),
   // replacing any existing row; the row counts as updated at optimizer step `step`.
-  void Assign(int64_t key, const float* row, bool with_slots, int64_t step);
+  // Returns "" or an error (of the disk tier).
+  std::string Assign(int64_t key, const float* row, bool with_slots, int64_t step);
 
-  // Adds slots (re-laying out every stored row); existing slots keep their values.
-  void AddSlots(const std::vector<float>& initial_values);
+  // Adds slots (re-laying out every stored row); existing slots keep their values. Returns ""
+  // or an error (of the disk tier, which is rewritten).
+  std::string AddSlots(const std::vector<float>& initial_values);
 
   // Sets the values new rows' slots start from (one per slot; the count must match).
   void SetSlotInit(const std::vector<float>& initial_values) { slot_init_ = initial_values; }
@@ -107,15 +134,26 @@ class HashTable {
 
   // Calls fn(key, record pointer) for every stored row changed by an optimizer step or an assign
   // after step `since_step` (INT64_MIN: every row; rows only ever looked up have never changed
-  // and come back identical from the initializer).
+  // and come back identical from the initializer): rows in RAM, then rows on disk, read in
+  // batches. Returns "" or an error (of the disk tier).
   template <typename F>
-  void ForEach(int64_t since_step, F fn) {
-    for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
-      if (row_used_[r] && (since_step == INT64_MIN || meta_[r].updated > since_step)) {
-        fn(meta_[r].key, RowPtr(r));
-      }
+  std::string ForEach(int64_t since_step, F fn) {
+    int64_t cursor = 0;
+    std::vector<int64_t> keys;
+    std::vector<float> rows;
+    while (cursor >= 0) {
+      std::string problem = ExportRange(since_step, cursor, kChunkRows * 4, &keys, &rows, &cursor);
+      if (!problem.empty()) return problem;
+      for (size_t i = 0; i < keys.size(); ++i) fn(keys[i], rows.data() + i * stride());
     }
+    return "";
   }
+
+  // One piece of ForEach(since_step): at most `limit` rows (keys, and rows of stride() floats)
+  // from position `cursor` (0 first), *next the position to continue from (-1: done). Positions
+  // stay valid while the table does not change.
+  std::string ExportRange(int64_t since_step, int64_t cursor, int64_t limit,
+                          std::vector<int64_t>* keys, std::vector<float>* rows, int64_t* next);
 
   // The number of rows ForEach(since_step, ...) visits.
   int64_t CountSince(int64_t since_step) const;
@@ -127,12 +165,8 @@ class HashTable {
     int64_t key;
     int64_t row;  // -1: empty
   };
-  struct RowMeta {  // per stored row, together so that a lookup touches one line for them
-    int64_t key;
-    int64_t last_seen;  // lookup step
-    int64_t count;      // lookup steps that saw the key (LFU)
-    int64_t updated;    // optimizer step of the last change; -1: never changed
-  };
+  // RowMeta (kernels/core/row_tier_file.h): per stored row, together so that a lookup touches
+  // one line for them.
 
   // The slot hash. Not KeyHash: a rank among N holds only keys with KeyHash(k) % N == rank,
   // whose low bits then repeat (all of them when N is a power of two), which would crowd the
@@ -154,7 +188,21 @@ class HashTable {
   void ForEachSlot(const int64_t* keys, int64_t n, const Runner& run, F on_slot) const;
   int64_t FindSlot(int64_t key) const;  // hash slot holding key, or -1
   int64_t FindSlot(int64_t key, uint64_t hash) const;
-  int64_t Insert(int64_t key);  // stores a new row initialized from the config
+  int64_t Insert(int64_t key);      // stores a new row initialized from the config
+  int64_t InsertSlot(int64_t key);  // indexes a new row of key, contents unset
+  // Disk tier: moves the rows of keys[0, n) that are on disk back to RAM (spilling others to
+  // make room, never rows of these keys); with mark_seen the keys also count as seen in this
+  // step (a lookup, whose hits and misses are counted); spare_seen: see Spill.
+  std::string FetchFromTier(const int64_t* keys, int64_t n, bool mark_seen, bool spare_seen = true);
+  // The RAM rows the budget allows now (the disk index takes its share).
+  int64_t RamRowLimit() const;
+  // Moves RAM rows to disk until `needed` more fit the budget; spares the rows in `keep`
+  // (sorted) and, with spare_seen, the rows seen in this lookup step.
+  std::string Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen);
+  // Moves the RAM rows into the fewest chunks and frees the rest, so that the chunks a table
+  // once needed (before spills, or before its slots widened the rows) do not outlast the
+  // budget. Row numbers change: callers probe again afterwards.
+  void CompactRows();
   // Counts the keys at positions `missing` (not stored; a key may repeat) as seen in this step
   // and stores those now admitted, in order of first occurrence, evicting if the table is full.
   // Sorts `missing`. Returns "" or an error.
@@ -167,7 +215,11 @@ class HashTable {
   void InitValue(int64_t key, float* out) const;      // [dim]: the value InitRecord stores
   float* RowPtr(int64_t r) { return chunks_[r / kChunkRows].get() + (r % kChunkRows) * stride(); }
   int64_t AllocateRow();
-  std::string MakeRoom(int64_t needed);
+  std::string MakeRoom(int64_t needed, const std::vector<int64_t>& keep = {},
+                       bool spare_seen = true);
+  std::string Named(const std::string& problem) const {
+    return config_.label.empty() ? problem : config_.label + ": " + problem;
+  }
 
   TableConfig config_;
   std::vector<float> slot_init_;
@@ -183,6 +235,8 @@ class HashTable {
   // Occurrence counts of keys not admitted yet (min_count > 1).
   std::unordered_map<int64_t, int64_t> pending_;
   int64_t step_ = 0;
+  std::unique_ptr<RowTierFile> tier_;
+  TableCounters counters_;
 };
 
 }  // namespace sok_lite

@@ -47,6 +47,13 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
                                      const float* weights, const float* scale, float* out,
                                      bool stream_out, const Runner& run) {
   ++step_;
+  if (tier_) {  // the ids on disk come back first; from there on every stored id is in RAM
+    const std::string problem =
+        FetchFromTier(keys + row_splits[0], row_splits[batch] - row_splits[0], true);
+    if (!problem.empty()) return problem;
+  } else {
+    counters_.hits += row_splits[batch] - row_splits[0];
+  }
   const int64_t dim = config_.dim;
   const uint64_t mask = slots_.size() - 1;
   std::mutex mu;

@@ -28,7 +28,15 @@ struct DynamicTableTraits<CPUDevice> {
 template <>
 absl::Status DynamicCreateFunctor<CPUDevice>::Compute(OpKernelContext*, const TableConfig& config,
                                                       DynamicTableResource** out) {
-  *out = new DynamicTableResource(config);
+  auto* table = new DynamicTableResource(config);
+  if (!config.tier_dir.empty()) {
+    const std::string problem = table->table.AttachTier();
+    if (!problem.empty()) {
+      table->Unref();
+      return tensorflow::errors::InvalidArgument(problem);
+    }
+  }
+  *out = table;
   return absl::OkStatus();
 }
 
@@ -65,7 +73,8 @@ absl::Status DynamicApplyFunctor<CPUDevice>::Compute(OpKernelContext* ctx, Dynam
     ParallelFor(ctx, total, 500, fn);
   };
   std::vector<float*> records(u);
-  table.RecordsForUpdate(k, u, step, records.data(), run);
+  const std::string problem = table.RecordsForUpdate(k, u, step, records.data(), run);
+  if (!problem.empty()) return tensorflow::errors::InvalidArgument(problem);
   if (!table.config().half_values) {
     ParallelFor(ctx, u, 40 * dim * (1 + table.num_slots()), [&](int64_t i0, int64_t i1) {
       ApplyRowRecords(kind, hyper, dim, table.num_slots(), records.data(), g, i0, i1);
@@ -103,11 +112,12 @@ absl::Status DynamicExportFunctor<CPUDevice>::Export(OpKernelContext*, DynamicTa
                                                      int64_t* keys, float* values) {
   const int64_t width = with_slots ? t->stride() : t->dim();
   int64_t i = 0;
-  t->table.ForEach(since, [&](int64_t key, const float* record) {
+  const std::string problem = t->table.ForEach(since, [&](int64_t key, const float* record) {
     keys[i] = key;
     t->table.ReadRow(record, with_slots, values + i * width);
     ++i;
   });
+  if (!problem.empty()) return tensorflow::errors::InvalidArgument(problem);
   return absl::OkStatus();
 }
 
@@ -117,7 +127,10 @@ absl::Status DynamicAssignFunctor<CPUDevice>::Compute(OpKernelContext*, DynamicT
                                                       const float* values, bool with_slots,
                                                       int64_t step) {
   const int64_t width = with_slots ? t->stride() : t->dim();
-  for (int64_t i = 0; i < n; ++i) t->table.Assign(keys[i], values + i * width, with_slots, step);
+  for (int64_t i = 0; i < n; ++i) {
+    const std::string problem = t->table.Assign(keys[i], values + i * width, with_slots, step);
+    if (!problem.empty()) return tensorflow::errors::InvalidArgument(problem);
+  }
   return absl::OkStatus();
 }
 

@@ -87,6 +87,13 @@ struct DynamicMaintenanceFunctor {
   static absl::Status Clear(tensorflow::OpKernelContext* ctx, DynamicTable<Device>* t);
 };
 
+// An error of a table's functor, named after the table (a disk tier's failures come from deep
+// inside and do not know the table's name).
+inline absl::Status NamedError(const absl::Status& status, const std::string& label) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), label + ": " + std::string(status.message()));
+}
+
 // The table of the resource handle at input 0 (an error for a handle of another type or
 // device, e.g. a CPU table given to a GPU kernel).
 template <typename Device>
@@ -116,6 +123,10 @@ class DynamicTableOp : public tensorflow::OpKernel {
       OP_REQUIRES(ctx, !config_.half_values,
                   errors::InvalidArgument(
                       label, ": 16-bit storage is CPU-only; create this table on the CPU"));
+      OP_REQUIRES(ctx, config_.tier_dir.empty(),
+                  errors::InvalidArgument(label,
+                                          ": the disk tier is CPU-only; create this "
+                                          "table on the CPU"));
     }
   }
 
@@ -124,7 +135,8 @@ class DynamicTableOp : public tensorflow::OpKernel {
     const std::string container = container_.empty() ? rm->default_container() : container_;
     Table* table = nullptr;
     OP_REQUIRES_OK(ctx, rm->LookupOrCreate<Table>(container, name_, &table, [&](Table** t) {
-      return DynamicCreateFunctor<Device>::Compute(ctx, config_, t);
+      return NamedError(DynamicCreateFunctor<Device>::Compute(ctx, config_, t),
+                        "dynamic table '" + name_ + "'");
     }));
     table->Unref();
     tensorflow::Tensor* handle = nullptr;
@@ -204,7 +216,7 @@ class DynamicApplyOp : public tensorflow::OpKernel {
                 errors::InvalidArgument(label, ": gradient shape ", grads.shape().DebugString(),
                                         " does not match ", n, " keys of dim ", dim));
     if (t->num_slots() == 0 && !slot_init_.empty())
-      OP_REQUIRES_OK(ctx, t->AddSlots(ctx, slot_init_));
+      OP_REQUIRES_OK(ctx, NamedError(t->AddSlots(ctx, slot_init_), label));
     OP_REQUIRES(ctx, t->num_slots() == static_cast<int>(slot_init_.size()),
                 errors::InvalidArgument(label, " holds ", t->num_slots(),
                                         " optimizer slots; this optimizer needs ",
@@ -215,8 +227,9 @@ class DynamicApplyOp : public tensorflow::OpKernel {
                 errors::InvalidArgument(label, ": more than 2^31 keys in one step"));
     // Gradients of repeated keys are summed, every stored row is updated once, keys without a
     // row are skipped, and updated rows record the step.
-    OP_REQUIRES_OK(
-        ctx, DynamicApplyFunctor<Device>::Compute(ctx, t.get(), kind_, hyper, keys, grads, step));
+    OP_REQUIRES_OK(ctx, NamedError(DynamicApplyFunctor<Device>::Compute(ctx, t.get(), kind_, hyper,
+                                                                        keys, grads, step),
+                                   label));
   }
 
  private:
@@ -230,6 +243,7 @@ class DynamicExportOp : public tensorflow::OpKernel {
  public:
   explicit DynamicExportOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("with_slots", &with_slots_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &name_));
   }
 
   void Compute(tensorflow::OpKernelContext* ctx) override {
@@ -245,12 +259,15 @@ class DynamicExportOp : public tensorflow::OpKernel {
     tensorflow::Tensor *keys, *values;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({n}), &keys));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, tensorflow::TensorShape({n, width}), &values));
-    OP_REQUIRES_OK(ctx, functor.Export(ctx, t.get(), since, with_slots_, n,
-                                       keys->flat<int64_t>().data(), values->flat<float>().data()));
+    OP_REQUIRES_OK(
+        ctx, NamedError(functor.Export(ctx, t.get(), since, with_slots_, n,
+                                       keys->flat<int64_t>().data(), values->flat<float>().data()),
+                        DynamicTableLabel(name_)));
   }
 
  private:
   bool with_slots_ = false;
+  std::string name_;
 };
 
 template <typename Device>
@@ -258,6 +275,8 @@ class DynamicAssignOp : public tensorflow::OpKernel {
  public:
   explicit DynamicAssignOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("with_slots", &with_slots_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("slot_init", &slot_init_));
   }
 
   void Compute(tensorflow::OpKernelContext* ctx) override {
@@ -275,25 +294,34 @@ class DynamicAssignOp : public tensorflow::OpKernel {
     if (with_slots_ && values.dims() == 2 && values.dim_size(0) == n &&
         values.dim_size(1) > t->stride() && values.dim_size(1) % dim == 0) {
       // Rows carry more slots than the table has yet (a restore before the first optimizer
-      // step): lay them out, starting from zero until an optimizer sets their initial values.
+      // step): lay them out, starting from slot_init when given (rows created before the first
+      // step then start where the optimizer would start them), else from zero until an
+      // optimizer sets their initial values.
       const int64_t extra = (values.dim_size(1) - t->stride()) / dim;
       OP_REQUIRES(ctx, t->num_slots() + extra <= DynamicTableTraits<Device>::kMaxSlots,
                   errors::InvalidArgument("assign: rows with ", t->num_slots() + extra,
                                           " optimizer slots; a GPU table holds at most ",
                                           DynamicTableTraits<Device>::kMaxSlots));
-      OP_REQUIRES_OK(ctx, t->AddSlots(ctx, std::vector<float>(extra, 0.0f)));
+      const bool given = t->num_slots() == 0 && static_cast<int64_t>(slot_init_.size()) == extra;
+      OP_REQUIRES_OK(
+          ctx, NamedError(t->AddSlots(ctx, given ? slot_init_ : std::vector<float>(extra, 0.0f)),
+                          DynamicTableLabel(name_)));
+      if (given) t->SetSlotInit(slot_init_);
     }
     const int64_t width = with_slots_ ? t->stride() : dim;
     OP_REQUIRES(ctx, values.dims() == 2 && values.dim_size(0) == n && values.dim_size(1) == width,
                 errors::InvalidArgument("assign: values of shape ", values.shape().DebugString(),
                                         " for ", n, " keys of width ", width));
-    OP_REQUIRES_OK(
-        ctx, DynamicAssignFunctor<Device>::Compute(ctx, t.get(), keys.flat<int64_t>().data(), n,
-                                                   values.flat<float>().data(), with_slots_, step));
+    OP_REQUIRES_OK(ctx, NamedError(DynamicAssignFunctor<Device>::Compute(
+                                       ctx, t.get(), keys.flat<int64_t>().data(), n,
+                                       values.flat<float>().data(), with_slots_, step),
+                                   DynamicTableLabel(name_)));
   }
 
  private:
   bool with_slots_ = false;
+  std::string name_;
+  std::vector<float> slot_init_;
 };
 
 template <typename Device>

@@ -54,6 +54,8 @@ REGISTER_OP("SokLiteDynamicTable")
     .Attr("min_count: int = 1")
     .Attr("storage_dtype: {float, bfloat16, half} = DT_FLOAT")
     .Attr("rounding_seed: int = 0")
+    .Attr("tier_path: string = ''")
+    .Attr("ram_budget: int = 0")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
@@ -65,6 +67,8 @@ min_count: a key gets a stored, trainable row from its min_count-th lookup on.
 storage_dtype: the values' storage (bfloat16, half: 16 bits, CPU only; rows are read and
   written as float32 and optimizer slots stay float32). rounding_seed: with the optimizer step
   and the key, draws bfloat16's stochastic rounding of updated rows.
+tier_path, ram_budget: with a tier_path, the rows beyond ram_budget bytes of RAM live in a file
+in that directory (created fresh: a cache, not a checkpoint) and come back when looked up.
 )doc");
 
 REGISTER_OP("SokLiteDynamicLookup")
@@ -123,11 +127,47 @@ REGISTER_OP("SokLiteDynamicExport")
     .Output("keys: int64")
     .Output("values: float")
     .Attr("with_slots: bool = false")
+    .Attr("table_name: string = ''")
     .SetIsStateful()
     .SetShapeFn(ExportShape)
     .Doc(R"doc(
 Every stored key of this rank and its row ([dim], or [dim * (1 + slots)] with the slots); with
 since_step > INT64_MIN only the rows an optimizer step or an assign changed after that step.
+)doc");
+
+REGISTER_OP("SokLiteDynamicExportRange")
+    .Input("table: resource")
+    .Input("since_step: int64")
+    .Input("cursor: int64")
+    .Input("limit: int64")
+    .Output("keys: int64")
+    .Output("values: float")
+    .Output("next_cursor: int64")
+    .Attr("with_slots: bool = false")
+    .Attr("table_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ExportShape(c));
+      c->set_output(2, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+One piece of SokLiteDynamicExport: at most `limit` rows from position `cursor` (0 first) over the
+RAM rows, then the rows on disk; next_cursor continues (-1: done). Positions stay valid while the
+table does not change, so a dump reads a table of any size a piece at a time.
+)doc");
+
+REGISTER_OP("SokLiteDynamicMemoryStats")
+    .Input("table: resource")
+    .Output("stats: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(9));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+This rank's rows_ram, rows_disk, bytes_ram, bytes_disk, ram_budget (-1: unbounded), hits, misses,
+spills, evictions (counters since creation).
 )doc");
 
 REGISTER_OP("SokLiteDynamicAssign")
@@ -136,11 +176,14 @@ REGISTER_OP("SokLiteDynamicAssign")
     .Input("values: float")
     .Input("step: int64")
     .Attr("with_slots: bool = false")
+    .Attr("table_name: string = ''")
+    .Attr("slot_init: list(float) = []")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
     .Doc(R"doc(
 Stores rows for keys (replacing existing ones); values are [n, dim] or, with_slots, full rows.
-step: the optimizer step the rows count as changed at.
+step: the optimizer step the rows count as changed at. slot_init: the initial values of the
+slots a restore lays out (one per slot; empty: zeros until the first optimizer step sets them).
 )doc");
 
 REGISTER_OP("SokLiteDynamicSize")

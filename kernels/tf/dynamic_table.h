@@ -26,7 +26,8 @@ class DynamicTableResource : public tensorflow::ResourceBase {
   int num_slots() const { return table.num_slots(); }
   int64_t stride() const { return table.row_width(); }  // float32 columns, not the record
   absl::Status AddSlots(tensorflow::OpKernelContext*, const std::vector<float>& initial_values) {
-    table.AddSlots(initial_values);
+    const std::string problem = table.AddSlots(initial_values);
+    if (!problem.empty()) return tensorflow::errors::InvalidArgument(problem);
     return absl::OkStatus();
   }
   void SetSlotInit(const std::vector<float>& initial_values) { table.SetSlotInit(initial_values); }

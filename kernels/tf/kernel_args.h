@@ -53,6 +53,8 @@ inline absl::Status ReadTableConfig(tensorflow::OpKernelConstruction* ctx, Table
   TF_RETURN_IF_ERROR(ctx->GetAttr("capacity", &config->capacity));
   TF_RETURN_IF_ERROR(ctx->GetAttr("policy", &policy));
   TF_RETURN_IF_ERROR(ctx->GetAttr("min_count", &config->min_count));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("tier_path", &config->tier_dir));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("ram_budget", &config->ram_budget));
   config->policy = policy == "lfu" ? EvictPolicy::kLfu : EvictPolicy::kLru;
   tensorflow::DataType storage;
   int64_t rounding_seed = 0;

@@ -14,11 +14,14 @@ def create_table(
     capacity=0,
     policy="lru",
     min_count=1,
+    tier_path="",
+    ram_budget=0,
     storage_dtype=tf.float32,
     rounding_seed=0,
 ):
-    """The resource handle of this rank's hash table (created on first call). storage_dtype:
-    the values' dtype (float32, bfloat16 or float16); rounding_seed: bfloat16's stochastic
+    """The resource handle of this rank's hash table (created on first call). With tier_path,
+    rows beyond ram_budget bytes of RAM live in a file in that directory. storage_dtype: the
+    values' dtype (float32, bfloat16 or float16); rounding_seed: bfloat16's stochastic
     rounding of updated rows."""
     return _ops().sok_lite_dynamic_table(
         shared_name=shared_name,
@@ -30,6 +33,8 @@ def create_table(
         capacity=capacity,
         policy=policy,
         min_count=min_count,
+        tier_path=tier_path,
+        ram_budget=ram_budget,
         storage_dtype=storage_dtype,
         rounding_seed=rounding_seed,
     )
@@ -74,23 +79,49 @@ def apply(handle, keys, grads, hyper, kind, slot_init, table_name="", step=INT64
     )
 
 
-def export(handle, with_slots=False, since_step=None):
+def export(handle, with_slots=False, since_step=None, table_name=""):
     """(keys, rows) of this rank; since_step: only rows changed after that optimizer step."""
     since = INT64_MIN if since_step is None else since_step
     return _ops().sok_lite_dynamic_export(
-        table=handle, since_step=tf.constant(since, tf.int64), with_slots=with_slots
+        table=handle,
+        since_step=tf.constant(since, tf.int64),
+        with_slots=with_slots,
+        table_name=table_name,
     )
 
 
-def assign(handle, keys, values, with_slots=False, step=INT64_MAX):
+def export_range(handle, cursor, limit, with_slots=False, since_step=None, table_name=""):
+    """(keys, rows, next_cursor): at most `limit` rows of this rank from position `cursor` (0
+    first) over the RAM rows then the rows on disk; next_cursor -1 when done. CPU tables only."""
+    since = INT64_MIN if since_step is None else since_step
+    return _ops().sok_lite_dynamic_export_range(
+        table=handle,
+        since_step=tf.constant(since, tf.int64),
+        cursor=tf.constant(cursor, tf.int64),
+        limit=tf.constant(limit, tf.int64),
+        with_slots=with_slots,
+        table_name=table_name,
+    )
+
+
+def memory_stats(handle):
+    """int64 [9]: rows_ram, rows_disk, bytes_ram, bytes_disk, ram_budget (-1: unbounded), hits,
+    misses, spills, evictions of this rank's table. CPU tables only."""
+    return _ops().sok_lite_dynamic_memory_stats(table=handle)
+
+
+def assign(handle, keys, values, with_slots=False, step=INT64_MAX, table_name="", slot_init=()):
     """Stores rows; they count as changed at optimizer step `step` (default: after any step, so
-    every later incremental dump includes them)."""
+    every later incremental dump includes them). slot_init: the initial values of slots that
+    rows with_slots lay out in a table without slots."""
     return _ops().sok_lite_dynamic_assign(
         table=handle,
         keys=keys,
         values=values,
         step=tf.cast(step, tf.int64),
         with_slots=with_slots,
+        table_name=table_name,
+        slot_init=list(slot_init),
     )
 
 
@@ -110,6 +141,8 @@ for _op in (
     "SokLiteDynamicTable",
     "SokLiteDynamicApply",
     "SokLiteDynamicExport",
+    "SokLiteDynamicExportRange",
+    "SokLiteDynamicMemoryStats",
     "SokLiteDynamicAssign",
     "SokLiteDynamicSize",
     "SokLiteDynamicEvict",

@@ -94,8 +94,14 @@ GPU_OPS = {
 }
 
 # CPU-only ops: lookup_sparse uses SokLiteDynamicLookupCombine for a hash table on the CPU only
-# (a GPU table takes UniqueIds + DynamicLookup + SegmentCombine, see docs/gpu.md).
-CPU_ONLY_OPS = {"SokLiteDynamicLookupCombine"}
+# (a GPU table takes UniqueIds + DynamicLookup + SegmentCombine, see docs/gpu.md). The disk
+# tier's piecewise export and the memory counters: DynamicVariable exports a GPU table whole and
+# reports its size only.
+CPU_ONLY_OPS = {
+    "SokLiteDynamicLookupCombine",
+    "SokLiteDynamicExportRange",
+    "SokLiteDynamicMemoryStats",
+}
 
 
 def test_gpu_kernels_are_registered_with_their_host_memory_args(gpu_library):

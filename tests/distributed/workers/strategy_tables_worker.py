@@ -2,7 +2,10 @@
 DynamicVariable, on one process or under MirroredStrategy (2 logical CPUs); every run sees the
 same global batches. Writes this process's shards for tests/distributed/test_strategy_tables.py.
 
-    python strategy_tables_worker.py OUT_DIR {single,mirrored}
+    python strategy_tables_worker.py OUT_DIR {single,mirrored} [disk]
+
+With "disk" the DynamicVariable keeps its rows beyond a tiny RAM budget in a disk tier per
+replica under OUT_DIR/tier.
 """
 
 import contextlib
@@ -12,6 +15,7 @@ import sys
 from tests.distributed.workers.strategy_setup import make_strategy
 
 out_dir, kind = pathlib.Path(sys.argv[1]), sys.argv[2]
+tiered = sys.argv[3:] == ["disk"]
 strategy = make_strategy(kind)
 
 import keras  # noqa: E402
@@ -37,7 +41,11 @@ with strategy.scope() if strategy else contextlib.nullcontext():
     communicator = sok.init()  # "auto": the strategy in scope
     assert (type(communicator).__name__ == "StrategyCommunicator") == (strategy is not None)
     static = sok.Variable(shape=[ROWS, DIM], initializer="random_normal", name="static")
-    dynamic = sok.DynamicVariable(DIM, initializer="random_uniform", name="dynamic")
+    # ~2 KB: about 20 rows in RAM per replica, fewer once Adagrad's slot widens them.
+    storage = sok.storage.Disk(out_dir / "tier", ram_budget=2048) if tiered else None
+    dynamic = sok.DynamicVariable(
+        DIM, initializer="random_uniform", name="dynamic", storage=storage
+    )
     optimizer = keras.optimizers.Adagrad(0.1)
 tables = [static, dynamic]
 

@@ -138,6 +138,34 @@ def _export(draw, table, dim):
     return Case("sok_lite_dynamic_export", kwargs, draw(st.booleans()), "", check)
 
 
+def _export_range(draw, table, dim):
+    with_slots = draw(st.booleans())
+    cursor = scalar(draw, st.sampled_from([0, 1, 5, -1, INT64_MAX, INT64_MIN]))
+    limit = scalar(draw, sizes())
+    invalid = ""
+    if (cursor.ndim == 0 and cursor < 0) or (limit.ndim == 0 and limit < 1):
+        invalid = "a negative cursor or a limit < 1"
+
+    def check(out):
+        keys, values, cursor_out = out
+        expect(len(keys["shape"]) == 1, f"keys {keys['shape']}")
+        expect(values["shape"][0] == keys["shape"][0] <= limit, "one row per key, <= limit")
+        width = values["shape"][1]
+        expect(width == dim if not with_slots else width % dim == 0, f"row width {width}")
+        expect(cursor_out["shape"] == () and cursor_out["value"] >= -1, f"next {cursor_out}")
+
+    kwargs = {"table": table, "since_step": scalar(draw, STEPS_VALUES), "cursor": cursor}
+    kwargs |= {"limit": limit, "with_slots": with_slots}
+    return Case("sok_lite_dynamic_export_range", kwargs, draw(st.booleans()), invalid, check)
+
+
+def _memory_stats(draw, table, dim):
+    def check(out):
+        expect(out[0]["shape"] == (9,), f"stats {out[0]['shape']}")
+
+    return Case("sok_lite_dynamic_memory_stats", {"table": table}, draw(st.booleans()), "", check)
+
+
 def _assign(draw, table, dim):
     keys = int_array(draw, KEYS)
     with_slots = draw(st.booleans())
@@ -175,6 +203,7 @@ def _clear(draw, table, dim):
 
 
 STEPS = [_lookup, _lookup_combine, _apply, _export, _assign, _size, _evict, _clear]
+STEPS += [_export_range, _memory_stats]
 
 
 @st.composite

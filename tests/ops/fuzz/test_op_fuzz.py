@@ -185,6 +185,8 @@ FUZZED_OPS = {
     "SokLiteDynamicSize",
     "SokLiteDynamicEvict",
     "SokLiteDynamicClear",
+    "SokLiteDynamicExportRange",
+    "SokLiteDynamicMemoryStats",
 }
 
 

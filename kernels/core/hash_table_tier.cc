@@ -1,0 +1,191 @@
+// HashTable's side of the disk tier (kernels/core/row_tier_file.h): the RAM budget, spilling
+// the coldest rows, reading rows back for a lookup or an optimizer step, exports over both tiers
+// and the memory counters.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/core/hash_table.h"
+
+namespace sok_lite {
+namespace {
+
+// RAM per RAM row besides its floats: bookkeeping, the hash slot at the lowest load factor
+// (3/8 after a doubling), a row_used_ bit rounded up and a free-list entry.
+constexpr int64_t kRamRowOverhead = sizeof(RowMeta) + 16 * 8 / 3 + 1 + sizeof(int64_t);
+
+}  // namespace
+
+std::string HashTable::AttachTier() {
+  if (config_.capacity > 0) {
+    return Named(
+        "capacity (which drops rows) and a disk tier (which keeps them) exclude each "
+        "other");
+  }
+  if (config_.ram_budget <= 0) return Named("ram_budget must be positive");
+  return RowTierFile::Open(config_.tier_dir, stride(), config_.label, &tier_);
+}
+
+int64_t HashTable::RamRowLimit() const {
+  const int64_t per_row = stride() * static_cast<int64_t>(sizeof(float)) + kRamRowOverhead;
+  const int64_t left = config_.ram_budget - tier_->size() * RowTierFile::kIndexBytesPerRow;
+  return std::max<int64_t>(left, 0) / per_row;
+}
+
+std::vector<int64_t> HashTable::MemoryStats() const {
+  const int64_t bytes_ram =
+      static_cast<int64_t>(chunks_.size()) * kChunkRows * stride() * sizeof(float) +
+      meta_.capacity() * sizeof(RowMeta) + slots_.size() * sizeof(Slot) + row_used_.capacity() / 8 +
+      free_rows_.capacity() * sizeof(int64_t) + (tier_ ? tier_->IndexBytes() : 0);
+  return {size_,
+          tier_ ? tier_->size() : 0,
+          bytes_ram,
+          tier_ ? tier_->FileBytes() : 0,
+          tier_ ? config_.ram_budget : -1,
+          counters_.hits,
+          counters_.misses,
+          counters_.spills,
+          counters_.evictions};
+}
+
+std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen) {
+  const int64_t limit = RamRowLimit();
+  const int64_t excess = size_ + needed - limit;
+  if (excess <= 0) return "";
+  std::vector<std::pair<int64_t, int64_t>> candidates;  // (last_seen, row)
+  for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
+    if (!row_used_[r] || (spare_seen && meta_[r].last_seen == step_)) continue;
+    if (std::binary_search(keep.begin(), keep.end(), r)) continue;
+    candidates.emplace_back(meta_[r].last_seen, r);
+  }
+  if (static_cast<int64_t>(candidates.size()) < excess) {
+    return Named("ram_budget " + std::to_string(config_.ram_budget) + " bytes holds " +
+                 std::to_string(limit) + " rows of " + std::to_string(stride() * sizeof(float)) +
+                 " bytes now, too few for the " +
+                 std::to_string(size_ - static_cast<int64_t>(candidates.size()) + needed) +
+                 " rows one batch needs in RAM; raise ram_budget or shrink the batch");
+  }
+  // Spill a sixteenth of the RAM rows at once (at least the excess): fewer, larger writes.
+  const int64_t count = std::min<int64_t>(candidates.size(), std::max<int64_t>(excess, limit / 16));
+  std::nth_element(candidates.begin(), candidates.begin() + (count - 1), candidates.end());
+  // In row order: adjacent rows of a chunk are read once, file slots are given out in order.
+  std::sort(candidates.begin(), candidates.begin() + count,
+            [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::vector<RowMeta> metas(count);
+  std::vector<const float*> rows(count);
+  for (int64_t i = 0; i < count; ++i) {
+    metas[i] = meta_[candidates[i].second];
+    rows[i] = RowPtr(candidates[i].second);
+  }
+  const std::string problem = tier_->Write(count, metas.data(), rows.data());
+  if (!problem.empty()) return problem;  // the rows stay in RAM
+  for (const RowMeta& m : metas) Erase(m.key);
+  counters_.spills += count;
+  const int64_t chunks_needed = (size_ + kChunkRows - 1) / kChunkRows;
+  if (static_cast<int64_t>(chunks_.size()) > chunks_needed) CompactRows();
+  return "";
+}
+
+void HashTable::CompactRows() {
+  const int64_t keep_rows = (size_ + kChunkRows - 1) / kChunkRows * kChunkRows;
+  // Rows past keep_rows move into the free rows below it, their index slots following them.
+  std::vector<int64_t> holes;
+  for (int64_t r = 0; r < keep_rows && r < static_cast<int64_t>(meta_.size()); ++r) {
+    if (!row_used_[r]) holes.push_back(r);
+  }
+  size_t next = 0;
+  for (int64_t r = keep_rows; r < static_cast<int64_t>(meta_.size()); ++r) {
+    if (!row_used_[r]) continue;
+    const int64_t to = holes[next++];
+    std::memcpy(RowPtr(to), RowPtr(r), stride() * sizeof(float));
+    meta_[to] = meta_[r];
+    row_used_[to] = true;
+    slots_[FindSlot(meta_[r].key)].row = to;
+  }
+  chunks_.resize(keep_rows / kChunkRows);
+  meta_.resize(std::min<int64_t>(keep_rows, meta_.size()));
+  meta_.shrink_to_fit();
+  row_used_.resize(meta_.size());
+  row_used_.shrink_to_fit();
+  free_rows_.clear();
+  for (int64_t r = meta_.size() - 1; r >= 0; --r) {
+    if (!row_used_[r]) free_rows_.push_back(r);
+  }
+  free_rows_.shrink_to_fit();
+}
+
+std::string HashTable::FetchFromTier(const int64_t* keys, int64_t n, bool mark_seen,
+                                     bool spare_seen) {
+  std::vector<int64_t> keep, on_disk;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = FindSlot(keys[i]);
+    if (s >= 0) {
+      counters_.hits += mark_seen;  // lookups count, optimizer steps do not
+      if (mark_seen) {
+        MarkSeen(slots_[s].row);
+      } else {
+        keep.push_back(slots_[s].row);
+      }
+    } else if (tier_->Find(keys[i])) {
+      counters_.misses += mark_seen;
+      on_disk.push_back(keys[i]);
+    }
+  }
+  if (on_disk.empty()) return "";
+  std::sort(on_disk.begin(), on_disk.end());
+  on_disk.erase(std::unique(on_disk.begin(), on_disk.end()), on_disk.end());
+  const int64_t m = on_disk.size();
+  // Read first: a bad record is reported before anything moves.
+  std::vector<RowMeta> metas(m);
+  std::vector<float> rows(m * stride());
+  std::string problem = tier_->Read(m, on_disk.data(), metas.data(), rows.data());
+  if (!problem.empty()) return problem;
+  std::sort(keep.begin(), keep.end());
+  problem = MakeRoom(m, keep, spare_seen);
+  if (!problem.empty()) return problem;
+  for (int64_t j = 0; j < m; ++j) {
+    const int64_t r = InsertSlot(on_disk[j]);
+    meta_[r] = metas[j];
+    std::memcpy(RowPtr(r), rows.data() + j * stride(), stride() * sizeof(float));
+    tier_->Erase(on_disk[j]);
+    if (mark_seen) MarkSeen(r);
+  }
+  return "";
+}
+
+std::string HashTable::ExportRange(int64_t since_step, int64_t cursor, int64_t limit,
+                                   std::vector<int64_t>* keys, std::vector<float>* rows,
+                                   int64_t* next) {
+  keys->clear();
+  rows->clear();
+  const int64_t width = stride();
+  const int64_t ram_end = meta_.size();
+  const auto changed = [since_step](const RowMeta& m) {
+    return since_step == INT64_MIN || m.updated > since_step;
+  };
+  int64_t pos = std::max<int64_t>(cursor, 0);
+  for (; pos < ram_end && static_cast<int64_t>(keys->size()) < limit; ++pos) {
+    if (row_used_[pos] && changed(meta_[pos])) {
+      keys->push_back(meta_[pos].key);
+      rows->insert(rows->end(), RowPtr(pos), RowPtr(pos) + width);
+    }
+  }
+  if (pos < ram_end || !tier_) {
+    *next = pos < ram_end ? pos : -1;
+    return "";
+  }
+  int64_t disk_next = 0;
+  const std::vector<int64_t> disk_keys =
+      tier_->KeysWhere(pos - ram_end, limit - keys->size(), changed, &disk_next);
+  *next = disk_next < 0 ? -1 : ram_end + disk_next;
+  if (disk_keys.empty()) return "";
+  std::vector<RowMeta> metas(disk_keys.size());
+  const size_t at = rows->size();
+  rows->resize(at + disk_keys.size() * width);
+  const std::string problem =
+      tier_->Read(disk_keys.size(), disk_keys.data(), metas.data(), rows->data() + at);
+  if (!problem.empty()) return problem;
+  keys->insert(keys->end(), disk_keys.begin(), disk_keys.end());
+  return "";
+}
+
+}  // namespace sok_lite

@@ -1,0 +1,92 @@
+"""Where a DynamicVariable keeps its rows: `sok.storage.Disk(path, ram_budget)` bounds the RAM a
+table's rows take and keeps the rest in a file under `path` (one directory per table and rank).
+
+The file is a cache, not a checkpoint: it is created empty with the table and means nothing
+after the process ends; `sok.dump` / `sok.load` save and restore a table (both tiers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tempfile
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
+
+
+def parse_bytes(value) -> int:
+    """A byte count from an int or a string such as "2GiB", "512MiB", "1.5GB" or "4096".
+
+    Raises:
+      ValueError: anything else, or a count < 1.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"ram_budget must be an int or a string like '2GiB', got {value!r}")
+    if isinstance(value, int):
+        count = value
+    elif isinstance(value, str):
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
+        unit = match.group(2).lower() if match else None
+        if unit not in _UNITS:
+            raise ValueError(f"ram_budget {value!r} is not a byte count like '2GiB' or '512MiB'")
+        count = int(float(match.group(1)) * _UNITS[unit])
+    else:
+        raise ValueError(f"ram_budget must be an int or a string like '2GiB', got {value!r}")
+    if count < 1:
+        raise ValueError(f"ram_budget must be at least 1 byte, got {value!r}")
+    return count
+
+
+@dataclasses.dataclass(frozen=True)
+class Disk:
+    """A RAM tier bounded by `ram_budget` bytes over a disk tier in directory `path`.
+
+    `ram_budget` bounds every byte a table keeps in RAM for its rows on each rank: the rows in
+    RAM (value, optimizer slots, bookkeeping), their hash index and the index of the rows on disk.
+    When it is reached, a lookup moves the least recently used rows to a file of fixed-size
+    records under `<path>/<table name>.rank<r>`; looking a key up again brings its row back.
+    Nothing is dropped (unlike `capacity`).
+
+    >>> import sok_lite as sok
+    >>> sok.storage.Disk("/tmp/emb", ram_budget="64MiB").ram_budget
+    67108864
+    """
+
+    path: str
+    ram_budget: int
+
+    def __init__(self, path, ram_budget):
+        if not isinstance(path, (str, os.PathLike)) or not str(path):
+            raise ValueError(f"storage.Disk needs a directory path, got {path!r}")
+        object.__setattr__(self, "path", os.fspath(path))
+        object.__setattr__(self, "ram_budget", parse_bytes(ram_budget))
+
+
+# Directories this process gave to tables: a second table of the same name gets its own.
+_used_dirs: set = set()
+
+
+def table_dir(storage: Disk, table_name: str, rank: int) -> str:
+    """A fresh directory for one table's disk tier on this rank, checked writable.
+
+    Raises:
+      ValueError: naming the table and the path, when it cannot be created or written.
+    """
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", table_name) or "table"
+    base = os.path.join(os.path.abspath(storage.path), f"{safe}.rank{rank}")
+    directory, n = base, 1
+    while directory in _used_dirs:
+        directory, n = f"{base}.{n}", n + 1
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as e:
+        raise ValueError(
+            f"DynamicVariable '{table_name}': cannot use '{directory}' for its disk tier "
+            f"(storage.Disk path '{storage.path}'): {e.strerror or e}"
+        ) from None
+    _used_dirs.add(directory)
+    return directory

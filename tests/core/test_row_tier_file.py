@@ -1,0 +1,333 @@
+"""The disk tier of the hash table without TF: tests/core/tier_capi.cc (HashTable, with and
+without kernels/core/row_tier_file.cc) built with the system C++ compiler and driven through
+ctypes. A tiered table whose RAM budget holds a quarter of its rows must give the same bits as a
+RAM table for the same keys and steps; bad files and failing writes give errors, never a crash,
+and lose no row.
+"""
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ["hash_table.cc", "hash_table_tier.cc", "hash_table_combine.cc", "hash_table_rows.cc"]
+SOURCES += ["row_tier_file.cc"]
+SOURCES += ["row_init.cc"]
+I64_MIN = np.iinfo(np.int64).min
+DIM = 32
+ERR = 512
+
+
+def build(out_dir: Path) -> Path:
+    cxx = next((c for c in (os.environ.get("CXX"), "g++", "c++") if c and shutil.which(c)), None)
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    lib = out_dir / "libtier_capi.so"
+    sources = [ROOT / "tests/core/tier_capi.cc"] + [ROOT / "kernels/core" / s for s in SOURCES]
+    cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-Wall", "-Wl,--no-undefined"]
+    cmd += [f"-I{ROOT}", "-o", str(lib)] + [str(s) for s in sources]
+    built = subprocess.run(cmd, capture_output=True, text=True)
+    assert built.returncode == 0, built.stdout + built.stderr
+    return lib
+
+
+def load(lib_path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(lib_path))
+    P = np.ctypeslib.ndpointer
+    I64, F32 = P(np.int64, flags="C"), P(np.float32, flags="C")
+    i64, s, vp = ctypes.c_int64, ctypes.c_char_p, ctypes.c_void_p
+    sigs = {
+        "sok_tier_create": (vp, [i64, i64, s, i64, s, i64]),
+        "sok_tier_free": (None, [vp]),
+        "sok_tier_lookup": (ctypes.c_int, [vp, I64, i64, F32, s, i64]),
+        "sok_tier_lookup_combine": (ctypes.c_int, [vp, I64, I64, i64, F32, s, i64]),
+        "sok_tier_apply": (ctypes.c_int, [vp, I64, i64, F32, ctypes.c_float, i64, s, i64]),
+        "sok_tier_add_slots": (ctypes.c_int, [vp, F32, i64, s, i64]),
+        "sok_tier_assign": (ctypes.c_int, [vp, I64, i64, F32, ctypes.c_int, i64, s, i64]),
+        "sok_tier_stride": (i64, [vp]),
+        "sok_tier_size": (i64, [vp]),
+        "sok_tier_count_since": (i64, [vp, i64]),
+        "sok_tier_evict": (i64, [vp, i64]),
+        "sok_tier_clear": (None, [vp]),
+        "sok_tier_stats": (None, [vp, I64]),
+        "sok_tier_export": (i64, [vp, i64, i64, i64, I64, F32, s, i64]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    return lib
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    return load(build(tmp_path_factory.mktemp("tier_capi")))
+
+
+class Table:
+    """One HashTable; every call that fails raises RuntimeError with the C++ text."""
+
+    def __init__(self, lib, budget=0, directory="", min_count=1):
+        self.lib = lib
+        err = ctypes.create_string_buffer(ERR)
+        self.h = lib.sok_tier_create(DIM, budget, str(directory).encode(), min_count, err, ERR)
+        if not self.h:
+            raise RuntimeError(err.value.decode())
+
+    def _check(self, rc, err):
+        if rc:
+            raise RuntimeError(err.value.decode())
+
+    def lookup(self, keys):
+        keys = np.ascontiguousarray(keys, np.int64)
+        out = np.empty((keys.size, DIM), np.float32)
+        err = ctypes.create_string_buffer(ERR)
+        self._check(self.lib.sok_tier_lookup(self.h, keys, keys.size, out, err, ERR), err)
+        return out
+
+    def lookup_combine(self, keys, splits):
+        keys, splits = np.ascontiguousarray(keys, np.int64), np.ascontiguousarray(splits, np.int64)
+        out = np.empty((splits.size - 1, DIM), np.float32)
+        err = ctypes.create_string_buffer(ERR)
+        rc = self.lib.sok_tier_lookup_combine(self.h, keys, splits, splits.size - 1, out, err, ERR)
+        self._check(rc, err)
+        return out
+
+    def apply(self, keys, grads, step, lr=0.1):
+        keys = np.ascontiguousarray(keys, np.int64)
+        grads = np.ascontiguousarray(grads, np.float32)
+        err = ctypes.create_string_buffer(ERR)
+        rc = self.lib.sok_tier_apply(self.h, keys, keys.size, grads, lr, step, err, ERR)
+        self._check(rc, err)
+
+    def add_slots(self, init):
+        init = np.ascontiguousarray(init, np.float32)
+        err = ctypes.create_string_buffer(ERR)
+        self._check(self.lib.sok_tier_add_slots(self.h, init, init.size, err, ERR), err)
+
+    def assign(self, keys, rows, with_slots, step):
+        keys, rows = np.ascontiguousarray(keys, np.int64), np.ascontiguousarray(rows, np.float32)
+        err = ctypes.create_string_buffer(ERR)
+        flag = int(with_slots)
+        rc = self.lib.sok_tier_assign(self.h, keys, keys.size, rows, flag, step, err, ERR)
+        self._check(rc, err)
+
+    def stats(self):
+        out = np.zeros(9, np.int64)
+        self.lib.sok_tier_stats(self.h, out)
+        names = "rows_ram rows_disk bytes_ram bytes_disk ram_budget hits misses spills evictions"
+        return dict(zip(names.split(), out.tolist()))
+
+    def export(self, since=I64_MIN, chunk=97):
+        stride = self.lib.sok_tier_stride(self.h)
+        cap = self.lib.sok_tier_size(self.h)
+        keys = np.empty(cap, np.int64)
+        rows = np.empty((cap, stride), np.float32)
+        err = ctypes.create_string_buffer(ERR)
+        n = self.lib.sok_tier_export(self.h, since, chunk, cap, keys, rows, err, ERR)
+        if n < 0:
+            raise RuntimeError(err.value.decode())
+        order = np.argsort(keys[:n])
+        return keys[:n][order], rows[:n][order]
+
+    def __getattr__(self, name):  # size, count_since, evict, clear
+        fn = getattr(self.lib, "sok_tier_" + name)
+        return lambda *args: fn(self.h, *args)
+
+    def __del__(self):
+        if getattr(self, "h", None):
+            self.lib.sok_tier_free(self.h)
+
+
+# Per RAM row: 96 floats with two slots + ~91 bytes of bookkeeping and index, per row on disk
+# ~83 bytes of index: 96 KiB holds about a sixth of the 600 keys below in RAM.
+BUDGET = 96 << 10
+
+
+def keys_of(rng, step, pool=600):
+    # A drifting hot range plus cold keys across the whole pool, large int64s included.
+    hot = rng.integers(step * 7, step * 7 + 40, 30) % pool
+    cold = rng.integers(0, pool, 20)
+    ids = np.concatenate([hot, cold]).astype(np.int64)
+    return ids * np.int64(0x5BD1E9955BD1E995 >> 2) - np.int64(2**61)  # wraps: any int64
+
+
+def train(tables, rng, steps, combine_every=3, slots_at=2):
+    for step in range(1, steps + 1):
+        if step == slots_at:
+            for t in tables:
+                t.add_slots([0.5, -1.0])
+        keys = keys_of(rng, step)
+        if step % combine_every == 0:
+            splits = np.array([0, 10, 10, 35, keys.size])
+            outs = [t.lookup_combine(keys, splits) for t in tables]
+        else:
+            outs = [t.lookup(keys) for t in tables]
+        for o in outs[1:]:
+            np.testing.assert_array_equal(o, outs[0])
+        unique = np.unique(keys)
+        grads = rng.standard_normal((unique.size, DIM)).astype(np.float32)
+        for t in tables:
+            t.apply(unique, grads, step)
+
+
+def assert_same(a, b):
+    ka, ra = a.export()
+    kb, rb = b.export()
+    np.testing.assert_array_equal(ka, kb)
+    np.testing.assert_array_equal(ra, rb)  # bit for bit: the tier moves records, never math
+
+
+def test_tiered_equals_ram(lib, tmp_path):
+    ram, tier = Table(lib), Table(lib, BUDGET, tmp_path / "t")
+    train([ram, tier], np.random.default_rng(0), 40)
+    assert_same(ram, tier)
+    assert ram.size() == tier.size() > 500
+    for since in (I64_MIN, 20, 39):
+        assert ram.count_since(since) == tier.count_since(since)
+        ka, ra = ram.export(since)
+        kb, rb = tier.export(since)
+        np.testing.assert_array_equal(ka, kb)
+        np.testing.assert_array_equal(ra, rb)
+    s = tier.stats()
+    assert s["rows_disk"] > 3 * s["rows_ram"] // 2 and s["spills"] > 0 and s["misses"] > 0
+    assert s["rows_ram"] + s["rows_disk"] == tier.size()
+    chunk = 1024 * 3 * DIM * 4  # rows are allocated 1024 at a time: one chunk may overshoot
+    assert s["bytes_ram"] <= BUDGET + chunk
+    assert s["bytes_disk"] >= s["rows_disk"] * (40 + 8 * DIM * 3 // 2)
+    assert s["ram_budget"] == BUDGET and ram.stats()["ram_budget"] == -1
+    assert ram.stats()["rows_disk"] == 0 and ram.stats()["spills"] == 0
+
+
+def test_evict_assign_clear_across_tiers(lib, tmp_path):
+    ram, tier = Table(lib), Table(lib, BUDGET, tmp_path / "t")
+    rng = np.random.default_rng(1)
+    train([ram, tier], rng, 25)
+    assert ram.evict(10) == tier.evict(10) > 0
+    assert_same(ram, tier)
+    assert tier.stats()["evictions"] > 0
+    keys = np.concatenate([ram.export()[0][:50], np.arange(-30, 0)])
+    full = rng.standard_normal((keys.size, 3 * DIM)).astype(np.float32)
+    for t in (ram, tier):
+        t.assign(keys, full, True, 100)
+        t.assign(keys[::3], full[::3, :DIM] * 2, False, 101)
+    assert_same(ram, tier)
+    assert ram.count_since(99) == tier.count_since(99) == keys.size
+    train([ram, tier], rng, 5, slots_at=0)
+    assert_same(ram, tier)
+    tier.clear()
+    assert tier.size() == 0 and tier.stats()["rows_disk"] == 0
+    assert tier.export()[0].size == 0
+
+
+def test_min_count_with_tier(lib, tmp_path):
+    ram, tier = Table(lib, min_count=2), Table(lib, BUDGET, tmp_path / "t", min_count=2)
+    train([ram, tier], np.random.default_rng(2), 30)
+    assert_same(ram, tier)
+
+
+def test_batch_larger_than_budget(lib, tmp_path):
+    tier = Table(lib, 8 << 10, tmp_path / "t")
+    with pytest.raises(RuntimeError, match=r"dynamic table 't': ram_budget 8192 bytes holds \d+ "):
+        tier.lookup(np.arange(1000))
+    tier.lookup(np.arange(20))  # the table still works
+
+
+def test_unwritable_directory(lib, tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RuntimeError, match="dynamic table 't': disk tier: .*not a directory"):
+        Table(lib, BUDGET, tmp_path / "file" / "sub")
+
+
+def test_corrupted_file_is_an_error(lib, tmp_path):
+    tier = Table(lib, BUDGET, tmp_path / "t")
+    train([tier], np.random.default_rng(3), 20)
+    ram_before = tier.stats()["rows_ram"]
+    path = tmp_path / "t" / "rows.bin"
+    data = bytearray(path.read_bytes())
+    for off in range(100, len(data), 997):
+        data[off] ^= 0x5A
+    path.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match="dynamic table 't': disk tier file .* is corrupted"):
+        tier.export()
+    with pytest.raises(RuntimeError, match="corrupted"):
+        for step in range(40):  # some key of these batches is on disk
+            tier.lookup(keys_of(np.random.default_rng(step), step % 90))
+    assert tier.stats()["rows_ram"] >= min(ram_before, 1)
+    path.write_bytes(b"")
+    with pytest.raises(RuntimeError, match="shorter than its index|corrupted"):
+        tier.export()
+
+
+DISK_FULL = """
+import resource, signal, sys
+import numpy as np
+sys.path.insert(0, {here!r})
+from test_row_tier_file import Table, load, train, DIM, BUDGET
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+lib = load({lib!r})
+ram, tier = Table(lib), Table(lib, BUDGET, {dir!r})
+rng = np.random.default_rng(4)
+train([ram, tier], rng, 6)
+size = tier.stats()["bytes_disk"]
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 1024, resource.RLIM_INFINITY))
+try:
+    train([ram, tier], rng, 30, slots_at=0)
+except RuntimeError as e:
+    print("ERROR", e)
+ka, ra = tier.export()
+kr, rr = ram.export()
+# The failed step's lookup stopped before any update (the RAM table's lookup of that step may
+# have stored new keys): every row the tiered table holds equals the RAM table's, bit for bit.
+pos = np.searchsorted(kr, ka)
+print("ROWS", ka.size, np.array_equal(kr[pos], ka) and np.array_equal(rr[pos], ra))
+"""
+
+
+def test_disk_full_keeps_rows(lib, tmp_path):
+    lib_path = next(Path(lib._name).parent.glob("*.so"))
+    code = DISK_FULL.format(
+        here=str(Path(__file__).parent), lib=str(lib_path), dir=str(tmp_path / "t")
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ERROR dynamic table 't': disk tier: cannot write" in done.stdout, done.stdout
+    assert "File too large" in done.stdout
+    rows = done.stdout.split("ROWS ")[1].split()
+    assert int(rows[0]) > 0 and rows[1] == "True", done.stdout
+
+
+def test_widened_rows_give_their_chunks_back(lib, tmp_path):
+    # 4,000 rows fit 800 KiB before the slots (~220 bytes each), less than half of them after
+    # (~475): the chunks the narrow rows took must be freed, not kept past the budget.
+    budget = 800 << 10
+    ram, tier = Table(lib), Table(lib, budget, tmp_path / "t")
+    rng = np.random.default_rng(5)
+    keys = rng.permutation(6000).astype(np.int64) * 1000003 - 2**40
+    for start in range(0, 4000, 500):
+        for t in (ram, tier):
+            t.lookup(keys[start : start + 500])
+    for t in (ram, tier):
+        t.add_slots([0.5, -1.0])
+    for step in range(1, 13):
+        batch = np.unique(keys[rng.integers(0, 6000, 400)])
+        grads = rng.standard_normal((batch.size, DIM)).astype(np.float32)
+        outs = [t.lookup(batch) for t in (ram, tier)]
+        np.testing.assert_array_equal(outs[0], outs[1])
+        for t in (ram, tier):
+            t.apply(batch, grads, step)
+    assert_same(ram, tier)
+    s = tier.stats()
+    assert s["rows_disk"] > 0 and s["spills"] > 0
+    # The row count follows the budget; allocations pass it by the last chunk's free rows, the
+    # doubling growth of the index vectors and the RAM hash index, which keeps the size of the
+    # most rows ever in RAM (here 4,000 narrow rows). Keeping the four chunks would take ~2 MB.
+    assert s["bytes_ram"] <= budget * 1.6, s

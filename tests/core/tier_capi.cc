@@ -1,0 +1,133 @@
+// A C ABI over HashTable with and without its disk tier, for tests/core/test_row_tier_file.py
+// (built with the system compiler, no TF). Errors come back as text in a caller's buffer.
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/core/hash_table.h"
+
+namespace {
+
+const sok_lite::HashTable::Runner kSerial =
+    [](int64_t n, const std::function<void(int64_t, int64_t)>& fn) { fn(0, n); };
+
+int Report(const std::string& problem, char* err, int64_t err_len) {
+  if (problem.empty()) return 0;
+  std::snprintf(err, err_len, "%s", problem.c_str());
+  return 1;
+}
+
+}  // namespace
+
+extern "C" {
+
+// ram_budget <= 0: a RAM-only table. Returns null and err on failure.
+void* sok_tier_create(int64_t dim, int64_t ram_budget, const char* dir, int64_t min_count,
+                      char* err, int64_t err_len) {
+  sok_lite::TableConfig config;
+  config.dim = dim;
+  config.init.kind = sok_lite::InitKind::kNormal;
+  config.init.seed = 7;
+  config.min_count = min_count;
+  config.label = "dynamic table 't'";
+  auto* table = new sok_lite::HashTable(config);
+  if (ram_budget > 0) {
+    sok_lite::TableConfig tiered = config;
+    tiered.tier_dir = dir;
+    tiered.ram_budget = ram_budget;
+    delete table;
+    table = new sok_lite::HashTable(tiered);
+    if (Report(table->AttachTier(), err, err_len)) {
+      delete table;
+      return nullptr;
+    }
+  }
+  return table;
+}
+
+void sok_tier_free(void* t) { delete static_cast<sok_lite::HashTable*>(t); }
+
+int sok_tier_lookup(void* t, const int64_t* keys, int64_t n, float* out, char* err,
+                    int64_t err_len) {
+  return Report(static_cast<sok_lite::HashTable*>(t)->Lookup(keys, n, out, kSerial), err, err_len);
+}
+
+int sok_tier_lookup_combine(void* t, const int64_t* keys, const int64_t* splits, int64_t batch,
+                            float* out, char* err, int64_t err_len) {
+  auto* table = static_cast<sok_lite::HashTable*>(t);
+  return Report(table->LookupCombine(keys, splits, batch, nullptr, nullptr, out, false, kSerial),
+                err, err_len);
+}
+
+// A plain row-wise step on distinct keys: value -= lr * grad, slot j += (j + 1) * grad.
+int sok_tier_apply(void* t, const int64_t* keys, int64_t n, const float* grads, float lr,
+                   int64_t step, char* err, int64_t err_len) {
+  auto* table = static_cast<sok_lite::HashTable*>(t);
+  std::vector<float*> records(n);
+  if (Report(table->RecordsForUpdate(keys, n, step, records.data(), kSerial), err, err_len)) {
+    return 1;
+  }
+  const int64_t dim = table->config().dim;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!records[i]) continue;
+    for (int64_t d = 0; d < dim; ++d) {
+      records[i][d] -= lr * grads[i * dim + d];
+      for (int s = 0; s < table->num_slots(); ++s) {
+        records[i][(s + 1) * dim + d] += (s + 1) * grads[i * dim + d];
+      }
+    }
+  }
+  return 0;
+}
+
+int sok_tier_add_slots(void* t, const float* init, int64_t n, char* err, int64_t err_len) {
+  auto* table = static_cast<sok_lite::HashTable*>(t);
+  return Report(table->AddSlots(std::vector<float>(init, init + n)), err, err_len);
+}
+
+int sok_tier_assign(void* t, const int64_t* keys, int64_t n, const float* rows, int with_slots,
+                    int64_t step, char* err, int64_t err_len) {
+  auto* table = static_cast<sok_lite::HashTable*>(t);
+  const int64_t width = with_slots ? table->stride() : table->config().dim;
+  for (int64_t i = 0; i < n; ++i) {
+    if (Report(table->Assign(keys[i], rows + i * width, with_slots, step), err, err_len)) return 1;
+  }
+  return 0;
+}
+
+int64_t sok_tier_stride(void* t) { return static_cast<sok_lite::HashTable*>(t)->stride(); }
+int64_t sok_tier_size(void* t) { return static_cast<sok_lite::HashTable*>(t)->size(); }
+int64_t sok_tier_count_since(void* t, int64_t since) {
+  return static_cast<sok_lite::HashTable*>(t)->CountSince(since);
+}
+int64_t sok_tier_evict(void* t, int64_t steps) {
+  return static_cast<sok_lite::HashTable*>(t)->EvictUnseen(steps);
+}
+void sok_tier_clear(void* t) { static_cast<sok_lite::HashTable*>(t)->Clear(); }
+
+void sok_tier_stats(void* t, int64_t* out) {
+  const std::vector<int64_t> stats = static_cast<sok_lite::HashTable*>(t)->MemoryStats();
+  std::copy(stats.begin(), stats.end(), out);
+}
+
+// Every row (since `since`, chunk rows at a time) into keys/rows, which hold `cap` rows;
+// returns the count or -1 with err.
+int64_t sok_tier_export(void* t, int64_t since, int64_t chunk, int64_t cap, int64_t* keys,
+                        float* rows, char* err, int64_t err_len) {
+  auto* table = static_cast<sok_lite::HashTable*>(t);
+  int64_t n = 0, cursor = 0;
+  std::vector<int64_t> k;
+  std::vector<float> r;
+  while (cursor >= 0) {
+    if (Report(table->ExportRange(since, cursor, chunk, &k, &r, &cursor), err, err_len)) return -1;
+    if (n + static_cast<int64_t>(k.size()) > cap) return -1;
+    std::copy(k.begin(), k.end(), keys + n);
+    std::copy(r.begin(), r.end(), rows + n * table->stride());
+    n += k.size();
+  }
+  return n;
+}
+
+}  // extern "C"
