@@ -18,8 +18,8 @@ from sok_lite.ops import dynamic_ops
 from sok_lite.optimizer_rules import rule_for
 from sok_lite.placement import Placement
 from sok_lite.serving import ServingTable
-from sok_lite.table_dtypes import HALF_DTYPES, check_table_dtype, rounding_seed
 from sok_lite.storage import Disk, table_dir
+from sok_lite.table_dtypes import HALF_DTYPES, check_table_dtype, rounding_seed
 from sok_lite.table_kind import TableKind
 
 _table_ids = itertools.count()

@@ -1,11 +1,23 @@
 #include "kernels/core/hash_table.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "kernels/core/prefetch.h"
 
 namespace sok_lite {
+
+void RowChunkUnmap::operator()(float* p) const { munmap(p, bytes); }
+
+RowChunk NewRowChunk(size_t floats) {
+  const size_t bytes = floats * sizeof(float);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return RowChunk(static_cast<float*>(p), RowChunkUnmap{bytes});
+}
 
 HashTable::HashTable(const TableConfig& config) : config_(config) {
   slots_.assign(16, Slot{0, -1});
@@ -68,7 +80,7 @@ int64_t HashTable::AllocateRow() {
     return r;
   }
   const int64_t r = meta_.size();
-  if (r % kChunkRows == 0) chunks_.emplace_back(new float[kChunkRows * stride()]);
+  if (r % kChunkRows == 0) chunks_.push_back(NewRowChunk(kChunkRows * stride()));
   meta_.push_back(RowMeta{0, 0, 0, -1});
   row_used_.push_back(false);
   return r;
@@ -268,9 +280,9 @@ std::string HashTable::AddSlots(const std::vector<float>& initial_values) {
   const int old_slots = num_slots();
   slot_init_.insert(slot_init_.end(), initial_values.begin(), initial_values.end());
   const int64_t new_stride = stride();
-  std::vector<std::unique_ptr<float[]>> chunks;
+  std::vector<RowChunk> chunks;
   for (size_t c = 0; c < chunks_.size(); ++c) {
-    chunks.emplace_back(new float[kChunkRows * new_stride]);
+    chunks.push_back(NewRowChunk(kChunkRows * new_stride));
     for (int64_t i = 0; i < kChunkRows; ++i) {
       float* dst = chunks.back().get() + i * new_stride;
       std::memcpy(dst, chunks_[c].get() + i * old_stride, old_stride * sizeof(float));

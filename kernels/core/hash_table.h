@@ -21,6 +21,17 @@ namespace sok_lite {
 
 enum class EvictPolicy { kLru, kLfu };
 
+// A chunk of row records, mapped from the system rather than taken from malloc's heap: chunks
+// freed by a spill, a compaction or a re-layout go back to the system at once, so the process's
+// RSS follows the rows held (malloc keeps freed heap memory, and raises its mmap threshold after
+// the first such frees).
+struct RowChunkUnmap {
+  size_t bytes = 0;
+  void operator()(float* p) const;
+};
+using RowChunk = std::unique_ptr<float[], RowChunkUnmap>;
+RowChunk NewRowChunk(size_t floats);  // throws std::bad_alloc when the system has no memory
+
 struct TableConfig {
   int64_t dim = 0;
   RowInit init;
@@ -228,7 +239,7 @@ class HashTable {
   std::vector<Slot> slots_;
   int64_t size_ = 0;
   // Row storage in fixed-size chunks (no doubling of the whole payload on growth).
-  std::vector<std::unique_ptr<float[]>> chunks_;
+  std::vector<RowChunk> chunks_;
   std::vector<RowMeta> meta_;
   std::vector<bool> row_used_;
   std::vector<int64_t> free_rows_;

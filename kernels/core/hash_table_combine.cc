@@ -64,7 +64,7 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
   // combine the row. Probing is read-only, so samples are combined in parallel.
   constexpr uint64_t kSlotAhead = 16, kRowAhead = 8;
   const Slot* const slots = slots_.data();
-  const std::unique_ptr<float[]>* const chunks = chunks_.data();
+  const RowChunk* const chunks = chunks_.data();
   const uint64_t stride = this->stride();
   const auto row_ptr = [=](uint64_t r) {
     return chunks[r / kChunkRows].get() + (r % kChunkRows) * stride;

@@ -1,0 +1,487 @@
+"""A hash table larger than its RAM budget: memory, step time and disk throughput.
+
+Usage: cd benchmarks && python tiered_bench.py [rss|zipf|uniform|scale|all] [options]
+
+rss      A tiered table trained until it holds 4x its RAM budget. Peak RSS against the budget
+         plus TF's fixed overhead, measured by the same script with an empty table (each in a
+         fresh process).
+zipf     One training step (lookup + gradient + Adam, 163,840 Zipf(1.1) ids, d = 64) on a
+         tiered table whose budget holds the hot set, against the same step on an all-RAM
+         table holding the same rows. Both tables hold --keys rows before timing.
+uniform  The same step on uniform ids, the tier's page cache dropped before every step: rows
+         read back from disk per second against the disk's own random 4 KiB read rate.
+scale    --scale-keys keys (default 50M), d = 16, Adam, a 2 GiB budget, --scale-steps steps
+         (default 1,000), sok.dump, sok.load on 2 ranks (horovodrun, gloo) and a dump there,
+         and the two dumps compared row by row.
+
+Each figure prints with the command-line settings that produced it; docs/benchmarks.md records
+them.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from storage_engine_bench import raw_random_reads  # noqa: E402
+
+BATCH = 163_840
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def _parse_bytes(text: str) -> int:
+    units = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "": 1}
+    for unit, scale in units.items():
+        if unit and text.endswith(unit):
+            return int(float(text[: -len(unit)]) * scale)
+    return int(text)
+
+
+def _table(dim, storage=None, seed=1):
+    import keras
+
+    import sok_lite as sok
+
+    return sok.DynamicVariable(
+        dim,
+        initializer=keras.initializers.RandomNormal(stddev=0.05, seed=seed),
+        storage=storage,
+        name="tiered_bench",
+    )
+
+
+def _train_step(table, dim, lr=0.001):
+    """A tf.function: lookup of a [n, 1] ragged batch, a loss, its gradient and Adam."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import sok_lite as sok
+
+    proj = tf.constant(np.random.default_rng(0).standard_normal([dim, 1]).astype(np.float32))
+    opt = keras.optimizers.Adam(lr)
+
+    @tf.function
+    def step(ids):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.matmul(sok.lookup_sparse(table, ids), proj))
+        grad = tape.gradient(loss, table)
+        with sok.OptimizerScope([table]):
+            opt.apply_gradients([(grad, table)])
+        return loss
+
+    return step, opt
+
+
+def _ragged(ids):
+    import tensorflow as tf
+
+    return tf.RaggedTensor.from_tensor(tf.constant(ids.reshape(-1, 1)))
+
+
+def _drop_page_cache(directory: pathlib.Path) -> None:
+    """Asks the kernel to forget the cached pages of every file under `directory`."""
+    for path in directory.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+# -- rss ---------------------------------------------------------------------------------------
+
+
+def _rss_child(args) -> dict:
+    """Runs in a fresh process: trains a tiered table on new keys until it holds `fill` x the
+    budget (fill 0: an empty table stepped on one key) and returns the peak RSS."""
+    import numpy as np
+
+    import sok_lite as sok
+
+    budget = _parse_bytes(args.budget)
+    root = pathlib.Path(tempfile.mkdtemp(prefix="tiered_rss_", dir=args.dir))
+    try:
+        table = _table(args.dim, sok.storage.Disk(str(root), ram_budget=budget))
+        step, _ = _train_step(table, args.dim)
+        step(_ragged(np.zeros([1], np.int64)))
+        key, settled = 0, _status_kib("VmRSS") * 1024
+        target = args.fill * budget
+        while args.fill and table.memory_stats()["bytes_ram"] + _disk_bytes(table) < target:
+            n = min(args.batch, 1_000_000)
+            step(_ragged(np.arange(key, key + n, dtype=np.int64)))
+            key += n
+            # Between steps: what the table holds, without the step's own tensors.
+            settled = max(settled, _status_kib("VmRSS") * 1024)
+        stats = table.memory_stats()
+        return {
+            "peak_rss": _status_kib("VmHWM") * 1024,
+            "settled_rss": settled,
+            "rows": int(table.size()),
+            "stats": stats,
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _disk_bytes(table) -> int:
+    return int(table.memory_stats()["bytes_disk"])
+
+
+def _child(mode: str, args) -> dict:
+    cmd = [sys.executable, __file__, "--child", mode, "--dim", str(args.dim)]
+    cmd += ["--budget", args.budget, "--fill", str(args.fill), "--batch", str(args.batch)]
+    if args.dir:
+        cmd += ["--dir", args.dir]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def rss(args) -> dict:
+    budget = _parse_bytes(args.budget)
+    empty = _child("rss", argparse.Namespace(**{**vars(args), "fill": 0}))
+    full = _child("rss", args)
+    overhead = empty["peak_rss"]
+    grown = full["peak_rss"] - overhead
+    limit = 1.2 * budget
+    s = full["stats"]
+    print(f"rss: d = {args.dim}, Adam, budget {_mib(budget)}, table {args.fill}x the budget")
+    print(f"  empty table (TF's fixed overhead): peak RSS {_mib(overhead)}")
+    print(
+        f"  full table: {full['rows']:,} rows, {_mib(s['bytes_ram'])} in RAM, "
+        f"{_mib(s['bytes_disk'])} on disk; peak RSS {_mib(full['peak_rss'])}"
+    )
+    settled = full["settled_rss"] - empty["settled_rss"]
+    print(
+        f"  RSS between steps - the empty table's = {_mib(settled)}, "
+        f"{settled / budget:.2f}x the budget (target <= 1.2x: "
+        f"{'met' if settled <= limit else 'NOT met'})"
+    )
+    print(
+        f"  peak RSS within a step - overhead = {_mib(grown)}, {grown / budget:.2f}x the budget: "
+        f"the excess over the line above is the step's own batch-sized buffers ({args.batch:,} "
+        "new ids: lookup output, gradient, rows read back), which do not grow with the table"
+    )
+    return {"budget": budget, "overhead": overhead, "settled": settled, "peak": grown, "full": full}
+
+
+# -- zipf / uniform ----------------------------------------------------------------------------
+
+
+def _populate(table, step, keys: int, chunk: int = 200_000) -> None:
+    """Looks up and steps keys 0..keys-1 once, so that every row and its slots exist."""
+    import numpy as np
+
+    for start in range(0, keys, chunk):
+        step(_ragged(np.arange(start, min(start + chunk, keys), dtype=np.int64)))
+
+
+def _zipf_batches(rng, keys, count, a):
+    """Ids with P(key k) proportional to (k + 1)^-a over [0, keys): the hot set is the low
+    keys. Bounded, not numpy's zipf modulo keys, whose tail (22% of draws at a = 1.1 and 2M
+    keys) would wrap around into uniform ids."""
+    import numpy as np
+
+    cdf = np.cumsum(np.arange(1, keys + 1, dtype=np.float64) ** -a)
+    cdf /= cdf[-1]
+    return [np.searchsorted(cdf, rng.random(BATCH)).astype(np.int64) for _ in range(count)]
+
+
+_next_batch: dict = {}
+
+
+def _time(step, batches, iters, before=None) -> float:
+    """Median ms of `iters` steps, each on the next of `batches` (a cycle shared by all calls
+    for the same list, so that later calls see batches the earlier ones did not)."""
+    import numpy as np
+
+    times = []
+    for _ in range(iters):
+        i = _next_batch[id(batches)] = _next_batch.get(id(batches), -1) + 1
+        ids = batches[i % len(batches)]
+        ragged = _ragged(ids)
+        if before:
+            before()
+        start = time.perf_counter()
+        step(ragged)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) * 1e3
+
+
+def zipf(args) -> dict:
+    import numpy as np
+
+    import sok_lite as sok
+
+    budget = _parse_bytes(args.budget)
+    rng = np.random.default_rng(0)
+    batches = _zipf_batches(rng, args.keys, 64, 1.1)
+    root = pathlib.Path(tempfile.mkdtemp(prefix="tiered_zipf_", dir=args.dir))
+    try:
+        tiered = _table(args.dim, sok.storage.Disk(str(root), ram_budget=budget))
+        ram = _table(args.dim)
+        tiered_step, _ = _train_step(tiered, args.dim)
+        ram_step, _ = _train_step(ram, args.dim)
+        _populate(tiered, tiered_step, args.keys)
+        _populate(ram, ram_step, args.keys)
+        for step in (tiered_step, ram_step):  # warm: the hot set comes back to RAM
+            _time(step, batches, 8)
+        before = dict(tiered.memory_stats())
+        ram_ms, tiered_ms = [], []
+        for _ in range(args.rounds):
+            ram_ms.append(_time(ram_step, batches, args.iters))
+            tiered_ms.append(_time(tiered_step, batches, args.iters))
+        after = tiered.memory_stats()
+        ram_ms, tiered_ms = float(np.median(ram_ms)), float(np.median(tiered_ms))
+        hits = after["hits"] - before["hits"]
+        misses = after["misses"] - before["misses"]
+        unique = int(np.mean([len(np.unique(b)) for b in batches]))
+        print(
+            f"zipf: {BATCH:,} Zipf(1.1) ids (~{unique:,} unique) over {args.keys:,} keys, "
+            f"d = {args.dim}, Adam; budget {_mib(budget)} "
+            f"({after['rows_ram']:,} rows in RAM, {after['rows_disk']:,} on disk)"
+        )
+        print(f"  all-RAM table  {ram_ms:8.2f} ms/step")
+        print(f"  tiered table   {tiered_ms:8.2f} ms/step")
+        print(
+            f"  tiered / RAM: {tiered_ms / ram_ms:.2f}x (target <= 1.5x); RAM-tier hit rate "
+            f"{hits / max(hits + misses, 1):.3f}"
+        )
+        return {
+            "ram_ms": ram_ms,
+            "tiered_ms": tiered_ms,
+            "hit_rate": hits / max(hits + misses, 1),
+            "stats": after,
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def uniform(args) -> dict:
+    import numpy as np
+
+    import sok_lite as sok
+
+    budget = _parse_bytes(args.budget)
+    rng = np.random.default_rng(1)
+    batches = [rng.integers(0, args.keys, BATCH) for _ in range(4)]
+    root = pathlib.Path(tempfile.mkdtemp(prefix="tiered_uniform_", dir=args.dir))
+    try:
+        tiered = _table(args.dim, sok.storage.Disk(str(root), ram_budget=budget))
+        step, _ = _train_step(tiered, args.dim)
+        _populate(tiered, step, args.keys)
+        # The physical limit, on the tier's own file: one reader, as the tier reads.
+        tier_file = next(root.rglob("rows.bin"))
+        rate, _ = raw_random_reads(str(tier_file), tier_file.stat().st_size, 1, 5.0, 0)
+        before = dict(tiered.memory_stats())
+        ms = _time(step, batches, args.iters, before=lambda: _drop_page_cache(root))
+        after = tiered.memory_stats()
+        misses = (after["misses"] - before["misses"]) / args.iters
+        rows_per_s = misses / (ms / 1e3)
+        print(
+            f"uniform: {BATCH:,} uniform ids over {args.keys:,} keys, d = {args.dim}, Adam, "
+            f"budget {_mib(budget)}, page cache dropped before each step"
+        )
+        print(f"  step {ms:.1f} ms, {misses:,.0f} rows read back from disk per step")
+        print(
+            f"  {rows_per_s:,.0f} rows/s against the disk's {rate:,.0f} random 4 KiB reads/s: "
+            f"{rows_per_s / rate:.2f} of the physical limit (aim >= 0.5)"
+        )
+        return {"ms": ms, "rows_per_s": rows_per_s, "disk_reads_per_s": rate}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# -- scale -------------------------------------------------------------------------------------
+
+_RELOAD_WORKER = """
+import sys
+import horovod.tensorflow as hvd
+import keras
+import sok_lite as sok
+hvd.init()
+sok.init("horovod")
+dump, out, tier, budget, dim = sys.argv[1:6]
+table = sok.DynamicVariable(
+    int(dim), initializer=keras.initializers.RandomNormal(stddev=0.05, seed=1),
+    storage=sok.storage.Disk(tier, ram_budget=int(budget)), name="tiered_bench")
+opt = keras.optimizers.Adam(0.001)
+sok.load(dump, [table], opt)
+sok.dump(out, [table], opt)
+print("rank", sok.rank(), "rows", int(table.size()), table.memory_stats())
+"""
+
+
+def _dump_rows(path: pathlib.Path):
+    """(keys, rows memmap) of every rank's file of table 0 in a sok.dump directory."""
+    import numpy as np
+
+    manifest = json.loads((path / "manifest.json").read_text())
+    keys, rows = [], []
+    for name, meta in sorted(manifest["files"].items()):
+        if name.endswith(".rows") and meta["rows"]:
+            stem = name[: -len(".rows")]
+            keys.append(np.fromfile(path / f"{stem}.ids", "<i8"))
+            rows.append(
+                np.memmap(path / name, "<f4", mode="r", shape=(meta["rows"], meta["width"]))
+            )
+    return keys, rows
+
+
+def _same_dumps(a: pathlib.Path, b: pathlib.Path, chunk: int = 1 << 20) -> bool:
+    import numpy as np
+
+    def sorted_view(path):
+        keys, rows = _dump_rows(path)
+        # (file, position) of every key, in key order.
+        file_of = np.concatenate([np.full(len(k), i, np.int32) for i, k in enumerate(keys)])
+        pos = np.concatenate([np.arange(len(k)) for k in keys])
+        all_keys = np.concatenate(keys)
+        order = np.argsort(all_keys, kind="stable")
+        return all_keys[order], file_of[order], pos[order], rows
+
+    ka, fa, pa, ra = sorted_view(a)
+    kb, fb, pb, rb = sorted_view(b)
+    if not np.array_equal(ka, kb):
+        return False
+    for start in range(0, len(ka), chunk):
+        sl = slice(start, start + chunk)
+
+        def gather(files, positions, rows):
+            out = np.empty((len(files), rows[0].shape[1]), np.float32)
+            for i, r in enumerate(rows):
+                mask = files == i
+                out[mask] = r[positions[mask]]
+            return out
+
+        if not np.array_equal(gather(fa[sl], pa[sl], ra), gather(fb[sl], pb[sl], rb)):
+            return False
+    return True
+
+
+def scale(args) -> dict:
+    import numpy as np
+
+    import sok_lite as sok
+
+    budget = _parse_bytes(args.scale_budget)
+    dim = args.scale_dim
+    root = pathlib.Path(tempfile.mkdtemp(prefix="tiered_scale_", dir=args.dir))
+    try:
+        table = _table(dim, sok.storage.Disk(str(root / "tier1"), ram_budget=budget))
+        step, opt = _train_step(table, dim)
+        rng = np.random.default_rng(2)
+        start = time.perf_counter()
+        for i in range(args.scale_steps):
+            step(_ragged(rng.integers(0, args.scale_keys, BATCH)))
+            if (i + 1) % max(args.scale_steps // 10, 1) == 0:
+                s = table.memory_stats()
+                print(
+                    f"  step {i + 1}: {int(table.size()):,} rows, {_mib(s['bytes_ram'])} in RAM, "
+                    f"{_mib(s['bytes_disk'])} on disk, peak RSS "
+                    f"{_mib(_status_kib('VmHWM') * 1024)}, {time.perf_counter() - start:.0f} s",
+                    flush=True,
+                )
+        train_s = time.perf_counter() - start
+        stats = table.memory_stats()
+        rows = int(table.size())
+        start = time.perf_counter()
+        sok.dump(str(root / "dump1"), [table], opt)
+        dump_s = time.perf_counter() - start
+        peak = _status_kib("VmHWM") * 1024
+        del table, step
+        start = time.perf_counter()
+        worker = root / "reload_worker.py"
+        worker.write_text(_RELOAD_WORKER)
+        horovodrun = shutil.which("horovodrun") or str(
+            pathlib.Path(sys.executable).parent / "horovodrun"
+        )
+        subprocess.run(
+            [
+                horovodrun,
+                "-np",
+                "2",
+                "-H",
+                "localhost:2",
+                "--gloo",
+                sys.executable,
+                str(worker),
+                str(root / "dump1"),
+                str(root / "dump2"),
+                str(root / "tier2"),
+                str(budget // 2),
+                str(dim),
+            ],
+            check=True,
+        )
+        reload_s = time.perf_counter() - start
+        same = _same_dumps(root / "dump1", root / "dump2")
+        print(
+            f"scale: {args.scale_keys:,} key space, d = {dim}, Adam, budget {_mib(budget)}, "
+            f"{args.scale_steps:,} steps of {BATCH:,} uniform ids"
+        )
+        print(
+            f"  {rows:,} rows ({_mib(stats['bytes_ram'])} in RAM, {_mib(stats['bytes_disk'])} "
+            f"on disk), train {train_s:.0f} s, peak RSS {_mib(peak)}, dump {dump_s:.0f} s"
+        )
+        print(
+            f"  reload on 2 ranks (budget {_mib(budget // 2)} each) and dump: {reload_s:.0f} s; "
+            f"values and slots identical: {same}"
+        )
+        return {"rows": rows, "train_s": train_s, "peak_rss": peak, "identical": same}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument(
+        "mode", nargs="?", default="all", choices=["rss", "zipf", "uniform", "scale", "all"]
+    )
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--keys", type=int, default=2_000_000, help="rows in the zipf/uniform tables")
+    p.add_argument("--budget", default="400MiB", help="RAM budget of rss/zipf/uniform tables")
+    p.add_argument("--fill", type=float, default=4.0, help="rss: table size / budget")
+    p.add_argument("--batch", type=int, default=BATCH, help="rss: new keys per step")
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--dir", default=None, help="where the tier files go (default: the temp dir)")
+    p.add_argument("--scale-keys", type=int, default=50_000_000)
+    p.add_argument("--scale-dim", type=int, default=16)
+    p.add_argument("--scale-budget", default="2GiB")
+    p.add_argument("--scale-steps", type=int, default=1000)
+    p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(_rss_child(args)))
+        return
+    results = {}
+    modes = ["rss", "zipf", "uniform"] if args.mode == "all" else [args.mode]
+    for mode in modes:
+        results[mode] = {"rss": rss, "zipf": zipf, "uniform": uniform, "scale": scale}[mode](args)
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(results, indent=1, default=int))
+
+
+if __name__ == "__main__":
+    main()
