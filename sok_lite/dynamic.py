@@ -14,6 +14,7 @@ from sok_lite.comm.shards import create_shards
 from sok_lite.initializers import RowInitializer, row_initializer
 from sok_lite.key_hash import OWNER_BY_HASH, hash_owner
 from sok_lite.lookup import lookup_sparse
+from sok_lite.memory_stats import MEMORY_STATS, ram_only
 from sok_lite.ops import dynamic_ops
 from sok_lite.optimizer_rules import rule_for
 from sok_lite.placement import Placement
@@ -23,18 +24,6 @@ from sok_lite.table_dtypes import HALF_DTYPES, check_table_dtype, rounding_seed
 from sok_lite.table_kind import TableKind
 
 _table_ids = itertools.count()
-# DynamicVariable.memory_stats' keys, in the order of SokLiteDynamicMemoryStats.
-MEMORY_STATS = (
-    "rows_ram",
-    "rows_disk",
-    "bytes_ram",
-    "bytes_disk",
-    "ram_budget",
-    "hits",
-    "misses",
-    "spills",
-    "evictions",
-)
 RESTORE_ROWS = 65536  # rows per assign of a restore
 
 # The value dtypes a hash table stores (rows are read as float32 from any of them).
@@ -473,10 +462,7 @@ class DynamicVariable(BaseResourceVariable, TableKind):
           time.
         """
         if not self._on_host():  # the GPU table keeps no counters
-            rows = int(dynamic_ops.size(self.handle))
-            stats = dict.fromkeys(MEMORY_STATS, 0)
-            stats.update(rows_ram=rows, ram_budget=None)
-            return stats
+            return ram_only(int(dynamic_ops.size(self.handle)), 0)
         values = [int(v) for v in dynamic_ops.memory_stats(self.handle).numpy()]
         stats = dict(zip(MEMORY_STATS, values))
         stats["ram_budget"] = None if stats["ram_budget"] < 0 else stats["ram_budget"]

@@ -9,8 +9,8 @@ rank before they exist (plan_memory), from the layouts the tables actually use:
   last update) and a bit of occupancy; the index is a power-of-two array of 16-byte slots kept
   at load <= 0.75.
 
-A table that reports its own counters (`table.memory_stats()`, the disk tier's tables) is
-taken at its word; a hash table without them is estimated from its row count.
+memory_report reads each table's own memory_stats() (a hash table counts its records, indexes
+and tiers in C++).
 """
 
 import dataclasses
@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite.dynamic import DynamicVariable
-from sok_lite.ops import dynamic_ops
+from sok_lite.memory_stats import MEMORY_STATS
 from sok_lite.optimizer_rules import rule_for, unwrap
 from sok_lite.placement import Placement
 from sok_lite.slots import opt_slots, stepped_row_wise
@@ -37,17 +37,6 @@ HASH_MIN_INDEX_SLOTS = 16
 # kernels/core/hash_table.cc: an insert grows the index when it would pass 3/4 full.
 HASH_MAX_LOAD = (3, 4)
 
-STAT_KEYS = (
-    "rows_ram",
-    "rows_disk",
-    "bytes_ram",
-    "bytes_disk",
-    "ram_budget",
-    "hits",
-    "misses",
-    "spills",
-    "evictions",
-)
 
 # Slots per optimizer name, as the row-wise kernels lay them out with the optimizer's defaults
 # (optimizer_rules.py; a test checks each against rule_for).
@@ -343,30 +332,11 @@ def _static_slot_bytes(table, optimizer) -> tuple[int, int]:
     return len(held), total
 
 
-def _dynamic_estimate(table, optimizer) -> dict:
-    """memory_stats of a RAM-only hash table without counters: from its local row count and
-    the slots its optimizer lays out."""
-    rows = int(dynamic_ops.size(table.handle))
-    slots = num_slots(optimizer) if optimizer is not None else 0
-    return {
-        "rows_ram": rows,
-        "rows_disk": 0,
-        "bytes_ram": hash_table_bytes(rows, table.dimension, slots),
-        "bytes_disk": 0,
-        "ram_budget": None,
-        "hits": 0,
-        "misses": 0,
-        "spills": 0,
-        "evictions": 0,
-    }
-
-
 def table_memory(table, optimizer=None) -> dict:
     """One row of memory_report for `table` on this rank (see memory_report)."""
     hashed = isinstance(table, DynamicVariable)
-    measured = hasattr(table, "memory_stats")
-    stats = dict(table.memory_stats()) if measured else _dynamic_estimate(table, optimizer)
-    missing = [k for k in STAT_KEYS if k not in stats]
+    stats = dict(table.memory_stats())
+    missing = [k for k in MEMORY_STATS if k not in stats]
     if missing:
         raise ValueError(f"'{_table_label(table)}': memory_stats() lacks {missing}")
     slots = 0
@@ -387,10 +357,9 @@ def table_memory(table, optimizer=None) -> dict:
         "name": _table_label(table),
         "kind": "hash" if hashed else "static",
         "rank": comm.current().rank,
-        **{k: (None if stats[k] is None else int(stats[k])) for k in STAT_KEYS},
+        **{k: (None if stats[k] is None else int(stats[k])) for k in MEMORY_STATS},
         "hit_rate": hit_rate,
         "slots": slots,
-        "source": "measured" if measured else "estimated",
     }
 
 
@@ -416,8 +385,8 @@ def memory_report(tables, optimizer=None) -> MemoryReport:
     """What `tables` hold on this rank: rows and bytes in RAM and on disk, values and optimizer
     slots together, with the RAM tier's hit rate, spills and evictions.
 
-    A table with a memory_stats() method reports its own counters; a hash table without one
-    is estimated from its row count (RAM only, counters 0). A static table's optimizer slots
+    Each table reports its own rows, bytes and counters (memory_stats()). A static table's
+    optimizer slots
     are the slot variables `optimizer` keeps for it; a hash table's live in its records.
 
     Args:

@@ -9,6 +9,7 @@ from sok_lite._tf_internals import ResourceVariable
 from sok_lite.comm.shards import create_shards
 from sok_lite.initializers import RowInitializer, row_initializer
 from sok_lite.key_hash import OWNER_BY_ROW, global_row
+from sok_lite.memory_stats import ram_only
 from sok_lite.ops import lookup_ops
 from sok_lite.ops.optimizer_ops import sparse_apply
 from sok_lite.optimizer_rules import rule_for
@@ -259,17 +260,7 @@ class Variable(ResourceVariable, TableKind):
         variables: sok_lite.memory_report adds them). Lookups are not counted: hits and
         misses are 0, as are the disk fields."""
         rows = int(self.shape[0])
-        return {
-            "rows_ram": rows,
-            "rows_disk": 0,
-            "bytes_ram": rows * int(self.shape[1]) * self.dtype.size,
-            "bytes_disk": 0,
-            "ram_budget": None,
-            "hits": 0,
-            "misses": 0,
-            "spills": 0,
-            "evictions": 0,
-        }
+        return ram_only(rows, rows * int(self.shape[1]) * self.dtype.size)
 
     def held_ids(self) -> tf.Tensor:
         """The global ids of this rank's rows, in local order."""

@@ -74,7 +74,8 @@ def test_callback_writes_the_report_every_n_steps_and_at_the_end(tmp_path):
     assert scalars[f"sok_lite_memory/{clicks}/rows_ram"][5] == keys
     # Adam's two slots: in the static table's slot variables, in the hash table's records.
     assert scalars[f"sok_lite_memory/{users}/bytes_ram"][5] == ROWS * DIM * 4 * 3 + ROWS * 8
-    assert scalars[f"sok_lite_memory/{clicks}/bytes_ram"][5] == hash_table_bytes(keys, DIM, 2)
+    planned = hash_table_bytes(keys, DIM, 2)  # allocated: up to the capacity of its vectors
+    assert planned <= scalars[f"sok_lite_memory/{clicks}/bytes_ram"][5] <= 1.15 * planned
 
 
 def test_tables_sharing_a_name_get_distinct_tags(tmp_path):
