@@ -17,20 +17,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from common import cycling, time_blocks, zipf_ids  # noqa: E402
+from half_bench import lookup_step  # noqa: E402
 
 import sok_lite as sok  # noqa: E402
-
-
-def lookup_step(table, sp_ids):
-    @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            out = sok.lookup_sparse(table, sp_ids)
-            loss = tf.reduce_sum(out)
-        g = tape.gradient(loss, table)
-        return out, g.values, g.indices
-
-    return step
 
 
 def adam_step(table, grads):

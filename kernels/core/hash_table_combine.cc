@@ -74,6 +74,17 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
   const bool count = config_.capacity > 0 && config_.policy == EvictPolicy::kLfu;
   // A 16-bit table's records are combined by CombineHalfSample, which widens as it adds.
   const bool half = config_.half_values;
+  // Sample b of `out` from the records row_of(k) gives for its ids k.
+  const auto combine_sample = [&](int64_t b, const auto& row_of, float* acc) {
+    const float s = scale ? scale[b] : 1.0f;
+    if (half) {
+      CombineHalfSample(*this, row_splits[b], row_splits[b + 1], dim, weights, s, stream_out,
+                        row_of, acc, out + b * dim);
+    } else {
+      CombineSample(row_splits[b], row_splits[b + 1], dim, weights, s, stream_out, row_of, acc,
+                    out + b * dim);
+    }
+  };
   const uint64_t value_bytes = value_words() * sizeof(float);
   const int64_t step = step_;
   run(batch, [&](int64_t b0, int64_t b1) {
@@ -117,16 +128,7 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
       }
       return row_ptr(r);
     };
-    for (int64_t b = b0; b < b1; ++b) {
-      const float s = scale ? scale[b] : 1.0f;
-      if (half) {
-        CombineHalfSample(*this, row_splits[b], row_splits[b + 1], dim, weights, s, stream_out,
-                          row_of, acc.data(), out + b * dim);
-      } else {
-        CombineSample(row_splits[b], row_splits[b + 1], dim, weights, s, stream_out, row_of,
-                      acc.data(), out + b * dim);
-      }
-    }
+    for (int64_t b = b0; b < b1; ++b) combine_sample(b, row_of, acc.data());
     if (stream_out) StreamFence();
     std::lock_guard<std::mutex> lock(mu);
     missing.insert(missing.end(), local_missing.begin(), local_missing.end());
@@ -157,17 +159,7 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
       InitRecord(keys[k], init.data());
       return init.data();
     };
-    for (int64_t j = j0; j < j1; ++j) {
-      const int64_t b = redo[j];
-      const float s = scale ? scale[b] : 1.0f;
-      if (half) {
-        CombineHalfSample(*this, row_splits[b], row_splits[b + 1], dim, weights, s, stream_out,
-                          row_of, acc.data(), out + b * dim);
-      } else {
-        CombineSample(row_splits[b], row_splits[b + 1], dim, weights, s, stream_out, row_of,
-                      acc.data(), out + b * dim);
-      }
-    }
+    for (int64_t j = j0; j < j1; ++j) combine_sample(redo[j], row_of, acc.data());
     if (stream_out) StreamFence();
   });
   return "";
