@@ -10,9 +10,10 @@ zipf     One training step (lookup + gradient + Adam, 163,840 Zipf(1.1) ids, d =
          table holding the same rows. Both tables hold --keys rows before timing.
 uniform  The same step on uniform ids, the tier's page cache dropped before every step: rows
          read back from disk per second against the disk's own random 4 KiB read rate.
-scale    --scale-keys keys (default 50M), d = 16, Adam, a 2 GiB budget, --scale-steps steps
-         (default 1,000), sok.dump, sok.load on 2 ranks (horovodrun, gloo) and a dump there,
-         and the two dumps compared row by row.
+scale    --scale-keys keys (default 55M: 10.6 GB of rows and Adam slots at d = 16), a 2 GiB
+         budget, --scale-steps steps (default 1,000): batches of new keys until every key is
+         stored, then Zipf(1.1) ids over all of them; sok.dump, sok.load on 2 ranks
+         (horovodrun, gloo) and a dump there, and the two dumps compared row by row.
 
 Each figure prints with the command-line settings that produced it; docs/benchmarks.md records
 them.
@@ -55,7 +56,7 @@ def _parse_bytes(text: str) -> int:
     return int(text)
 
 
-def _table(dim, storage=None, seed=1):
+def _table(dim, storage=None, seed=1, policy="lru"):
     import keras
 
     import sok_lite as sok
@@ -64,6 +65,7 @@ def _table(dim, storage=None, seed=1):
         dim,
         initializer=keras.initializers.RandomNormal(stddev=0.05, seed=seed),
         storage=storage,
+        evict_policy=policy,
         name="tiered_bench",
     )
 
@@ -237,7 +239,8 @@ def zipf(args) -> dict:
     batches = _zipf_batches(rng, args.keys, 64, 1.1)
     root = pathlib.Path(tempfile.mkdtemp(prefix="tiered_zipf_", dir=args.dir))
     try:
-        tiered = _table(args.dim, sok.storage.Disk(str(root), ram_budget=budget))
+        disk = sok.storage.Disk(str(root), ram_budget=budget)
+        tiered = _table(args.dim, disk, policy=args.policy)
         ram = _table(args.dim)
         tiered_step, _ = _train_step(tiered, args.dim)
         ram_step, _ = _train_step(ram, args.dim)
@@ -257,7 +260,7 @@ def zipf(args) -> dict:
         unique = int(np.mean([len(np.unique(b)) for b in batches]))
         print(
             f"zipf: {BATCH:,} Zipf(1.1) ids (~{unique:,} unique) over {args.keys:,} keys, "
-            f"d = {args.dim}, Adam; budget {_mib(budget)} "
+            f"d = {args.dim}, Adam; budget {_mib(budget)}, evict_policy {args.policy!r} "
             f"({after['rows_ram']:,} rows in RAM, {after['rows_disk']:,} on disk)"
         )
         print(f"  all-RAM table  {ram_ms:8.2f} ms/step")
@@ -378,6 +381,16 @@ def _same_dumps(a: pathlib.Path, b: pathlib.Path, chunk: int = 1 << 20) -> bool:
     return True
 
 
+def _zipf_ids(rng, keys: int, n: int, a: float = 1.1):
+    """n ids in [0, keys) with P(k) ~ (k + 1)^-a, by the inverse of the continuous CDF (no
+    table of `keys` entries: the scale run's key space is too large for one)."""
+    import numpy as np
+
+    top = 1.0 - (keys + 1.0) ** (1.0 - a)
+    k = (1.0 - rng.random(n) * top) ** (1.0 / (1.0 - a)) - 1.0
+    return np.minimum(k.astype(np.int64), keys - 1)
+
+
 def scale(args) -> dict:
     import numpy as np
 
@@ -390,25 +403,39 @@ def scale(args) -> dict:
         table = _table(dim, sok.storage.Disk(str(root / "tier1"), ram_budget=budget))
         step, opt = _train_step(table, dim)
         rng = np.random.default_rng(2)
+        fill_steps = -(-args.scale_keys // BATCH)
         start = time.perf_counter()
+        before_zipf = None
         for i in range(args.scale_steps):
-            step(_ragged(rng.integers(0, args.scale_keys, BATCH)))
-            if (i + 1) % max(args.scale_steps // 10, 1) == 0:
+            if i < fill_steps:  # every key of the key space once, a batch of new keys a step
+                ids = np.arange(i * BATCH, min((i + 1) * BATCH, args.scale_keys), dtype=np.int64)
+            else:  # then Zipf(1.1) over all of them
+                if before_zipf is None:
+                    before_zipf = dict(table.memory_stats())
+                ids = _zipf_ids(rng, args.scale_keys, BATCH)
+            step(_ragged(ids))
+            if (i + 1) % max(args.scale_steps // 20, 1) == 0:
                 s = table.memory_stats()
                 print(
                     f"  step {i + 1}: {int(table.size()):,} rows, {_mib(s['bytes_ram'])} in RAM, "
-                    f"{_mib(s['bytes_disk'])} on disk, peak RSS "
-                    f"{_mib(_status_kib('VmHWM') * 1024)}, {time.perf_counter() - start:.0f} s",
+                    f"{_mib(s['bytes_disk'])} on disk, RSS {_mib(_status_kib('VmRSS') * 1024)}, "
+                    f"peak {_mib(_status_kib('VmHWM') * 1024)}, "
+                    f"{time.perf_counter() - start:.0f} s",
                     flush=True,
                 )
         train_s = time.perf_counter() - start
         stats = table.memory_stats()
+        hit_rate = None
+        if before_zipf is not None:
+            hits = stats["hits"] - before_zipf["hits"]
+            hit_rate = hits / max(hits + stats["misses"] - before_zipf["misses"], 1)
         rows = int(table.size())
         start = time.perf_counter()
         sok.dump(str(root / "dump1"), [table], opt)
         dump_s = time.perf_counter() - start
         peak = _status_kib("VmHWM") * 1024
         del table, step
+        shutil.rmtree(root / "tier1", ignore_errors=True)  # room on the disk for the reload
         start = time.perf_counter()
         worker = root / "reload_worker.py"
         worker.write_text(_RELOAD_WORKER)
@@ -436,18 +463,30 @@ def scale(args) -> dict:
         reload_s = time.perf_counter() - start
         same = _same_dumps(root / "dump1", root / "dump2")
         print(
-            f"scale: {args.scale_keys:,} key space, d = {dim}, Adam, budget {_mib(budget)}, "
-            f"{args.scale_steps:,} steps of {BATCH:,} uniform ids"
+            f"scale: {args.scale_keys:,} keys, d = {dim}, Adam, budget {_mib(budget)}, "
+            f"{args.scale_steps:,} steps of {BATCH:,} ids ({min(fill_steps, args.scale_steps)} "
+            "of new keys, then Zipf(1.1) over all keys)"
         )
         print(
             f"  {rows:,} rows ({_mib(stats['bytes_ram'])} in RAM, {_mib(stats['bytes_disk'])} "
-            f"on disk), train {train_s:.0f} s, peak RSS {_mib(peak)}, dump {dump_s:.0f} s"
+            f"on disk), train {train_s:.0f} s, peak RSS {_mib(peak)}, dump {dump_s:.0f} s, "
+            f"RAM-tier hit rate of the Zipf steps "
+            f"{hit_rate if hit_rate is None else round(hit_rate, 3)}"
         )
         print(
             f"  reload on 2 ranks (budget {_mib(budget // 2)} each) and dump: {reload_s:.0f} s; "
             f"values and slots identical: {same}"
         )
-        return {"rows": rows, "train_s": train_s, "peak_rss": peak, "identical": same}
+        return {
+            "rows": rows,
+            "train_s": train_s,
+            "dump_s": dump_s,
+            "reload_s": reload_s,
+            "peak_rss": peak,
+            "hit_rate": hit_rate,
+            "stats": stats,
+            "identical": same,
+        }
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -463,9 +502,12 @@ def main(argv=None):
     p.add_argument("--fill", type=float, default=4.0, help="rss: table size / budget")
     p.add_argument("--batch", type=int, default=BATCH, help="rss: new keys per step")
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument(
+        "--policy", default="lru", choices=["lru", "lfu"], help="zipf: the tiered table's spills"
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--dir", default=None, help="where the tier files go (default: the temp dir)")
-    p.add_argument("--scale-keys", type=int, default=50_000_000)
+    p.add_argument("--scale-keys", type=int, default=55_000_000)
     p.add_argument("--scale-dim", type=int, default=16)
     p.add_argument("--scale-budget", default="2GiB")
     p.add_argument("--scale-steps", type=int, default=1000)

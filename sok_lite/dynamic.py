@@ -165,11 +165,12 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         first evicts the least recently used rows (or least frequently used with
         evict_policy="lfu") that the current lookup does not need. A bounded table lives in
         host memory.
-      evict_policy: "lru" (default) or "lfu", used with capacity.
+      evict_policy: "lru" (default) or "lfu": which rows capacity evicts, or which rows a disk
+        tier (storage) moves to disk.
       min_count: a key gets a stored, trainable row from its min_count-th lookup on; before
         that it reads the initializer's value and receives no update.
       storage: None (default: every row in RAM) or `sok.storage.Disk(path, ram_budget)`: each
-        rank keeps at most ram_budget bytes of rows in RAM and the least recently used rest in
+        rank keeps at most ram_budget bytes of rows in RAM and the coldest rest (evict_policy) in
         a file under `<path>/<name>.rank<r>` (a cache, created empty; sok.dump saves both
         tiers). Rows move between the tiers with their slots, never lost; such a table lives in
         host memory and excludes capacity. See docs/user_guide.md, "Tables larger than memory".

@@ -33,29 +33,6 @@ int64_t HashTable::FindSlot(int64_t key, uint64_t hash) const {
 
 int64_t HashTable::FindSlot(int64_t key) const { return FindSlot(key, HashKey(key)); }
 
-template <typename F>
-void HashTable::ForEachSlot(const int64_t* keys, int64_t n, const Runner& run, F on_slot) const {
-  const uint64_t mask = slots_.size() - 1;
-  run(n, [&](int64_t i0, int64_t i1) {
-    // Each key is hashed once: the hash of key i + kPrefetchDistance prefetches its slot and
-    // waits in `ahead` until that key is probed.
-    uint64_t ahead[kPrefetchDistance];
-    for (int64_t i = i0; i < std::min(i1, i0 + kPrefetchDistance); ++i) {
-      ahead[i % kPrefetchDistance] = HashKey(keys[i]);
-      __builtin_prefetch(&slots_[ahead[i % kPrefetchDistance] & mask], 0, 3);
-    }
-    for (int64_t i = i0; i < i1; ++i) {
-      const uint64_t hash = ahead[i % kPrefetchDistance];
-      if (i + kPrefetchDistance < i1) {
-        const uint64_t next = HashKey(keys[i + kPrefetchDistance]);
-        ahead[i % kPrefetchDistance] = next;
-        __builtin_prefetch(&slots_[next & mask], 0, 3);
-      }
-      on_slot(i, FindSlot(keys[i], hash));
-    }
-  });
-}
-
 float* HashTable::Find(int64_t key) {
   const int64_t s = FindSlot(key);
   return s < 0 ? nullptr : RowPtr(slots_[s].row);
@@ -128,8 +105,9 @@ void HashTable::Erase(int64_t key) {
   slots_[hole].row = -1;
 }
 
-std::string HashTable::MakeRoom(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen) {
-  if (tier_) return Spill(needed, keep, spare_seen);
+std::string HashTable::MakeRoom(int64_t needed, const Runner& run, const std::vector<int64_t>& keep,
+                                bool spare_seen) {
+  if (tier_) return Spill(needed, keep, spare_seen, run);
   if (config_.capacity <= 0 || size_ + needed <= config_.capacity) return "";
   const int64_t excess = size_ + needed - config_.capacity;
   // Candidates: rows not seen in the current step (the batch being looked up must stay).
@@ -154,12 +132,7 @@ std::string HashTable::MakeRoom(int64_t needed, const std::vector<int64_t>& keep
 
 std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const Runner& run) {
   ++step_;
-  if (tier_) {
-    const std::string problem = FetchFromTier(keys, n, true);
-    if (!problem.empty()) return problem;
-  } else {
-    counters_.hits += n;
-  }
+  if (!tier_) counters_.hits += n;
   const int64_t dim = config_.dim;
   // Probe in parallel (a key may repeat: see MarkSeen).
   std::vector<int64_t> rows(n);
@@ -171,7 +144,9 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
   for (int64_t i = 0; i < n; ++i) {
     if (rows[i] < 0) missing.push_back(i);
   }
-  const std::string problem = AdmitMissing(keys, &missing);
+  std::string problem = tier_ ? FetchMissing(keys, n, &missing, run) : "";
+  if (!problem.empty()) return problem;
+  problem = AdmitMissing(keys, &missing, run);
   if (!problem.empty()) return problem;
   // With a disk tier, making room may have compacted the rows: every key is probed again.
   if (tier_) {
@@ -196,7 +171,8 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
   return "";
 }
 
-std::string HashTable::AdmitMissing(const int64_t* keys, std::vector<int64_t>* missing) {
+std::string HashTable::AdmitMissing(const int64_t* keys, std::vector<int64_t>* missing,
+                                    const Runner& run) {
   // Admission and inserts are serial (they change the index). Missing positions sorted by
   // (key, position) put a repeated key's occurrences together, first one first, so each key is
   // counted and admitted once; admitted keys are then inserted in order of first occurrence. (A
@@ -217,7 +193,7 @@ std::string HashTable::AdmitMissing(const int64_t* keys, std::vector<int64_t>* m
     admit.push_back((*missing)[j]);
   }
   std::sort(admit.begin(), admit.end());
-  const std::string problem = MakeRoom(admit.size());
+  const std::string problem = MakeRoom(admit.size(), run);
   if (!problem.empty()) return problem;
   for (int64_t i : admit) meta_[Insert(keys[i])].count = 1;
   return "";
@@ -228,7 +204,7 @@ std::string HashTable::RecordsForUpdate(const int64_t* keys, int64_t n, int64_t 
   if (tier_) {
     // Rows spilled since their lookup come back before any pointer is taken; room is made from
     // any rows but these (the rows of the last lookup need not stay for an update).
-    const std::string problem = FetchFromTier(keys, n, false, false);
+    const std::string problem = FetchFromTier(keys, n, false, run);
     if (!problem.empty()) return problem;
   }
   ForEachSlot(keys, n, run, [&](int64_t i, int64_t s) {
@@ -243,32 +219,71 @@ std::string HashTable::RecordsForUpdate(const int64_t* keys, int64_t n, int64_t 
   return "";
 }
 
-std::string HashTable::Assign(int64_t key, const float* row, bool with_slots, int64_t step) {
-  if (tier_ && FindSlot(key) < 0) {
-    // A row on disk comes back (its slots stay when only the value is assigned); a new one
-    // needs room.
-    // Rows assigned in this lookup step may go to disk (a restore larger than the budget).
-    const std::string problem =
-        tier_->Find(key) ? FetchFromTier(&key, 1, false, false) : MakeRoom(1, {}, false);
+std::string HashTable::Assign(const int64_t* keys, int64_t n, const float* rows, bool with_slots,
+                              int64_t step) {
+  const int64_t width = with_slots ? row_width() : config_.dim;
+  if (!tier_) return AssignPiece(keys, n, rows, with_slots, step);
+  // Pieces of at most 3/4 of the rows the budget holds (the disk index grows with new keys):
+  // each piece is all or nothing, and a restore larger than the budget goes through.
+  for (int64_t i = 0; i < n;) {
+    const int64_t piece = std::min(n - i, std::max<int64_t>(RamRowLimit() * 3 / 4, 1));
+    const std::string problem = AssignPiece(keys + i, piece, rows + i * width, with_slots, step);
     if (!problem.empty()) return problem;
+    i += piece;
   }
-  int64_t s = FindSlot(key);
-  const int64_t r = s < 0 ? Insert(key) : slots_[s].row;
-  WriteRow(row, with_slots, RowPtr(r));
-  meta_[r].updated = step;
   return "";
 }
 
-int64_t HashTable::CountSince(int64_t since_step) const {
-  int64_t n = 0;
+std::string HashTable::AssignPiece(const int64_t* keys, int64_t n, const float* rows,
+                                   bool with_slots, int64_t step) {
+  if (tier_) {
+    // Rows on disk come back (their slots stay when only the value is assigned) and room for the
+    // new keys is made, before any value changes. Rows assigned in this lookup step may go to
+    // disk (a restore larger than the budget).
+    const Runner serial = [](int64_t total, const std::function<void(int64_t, int64_t)>& fn) {
+      fn(0, total);
+    };
+    std::string problem = FetchFromTier(keys, n, false, serial);
+    if (!problem.empty()) return problem;
+    std::vector<int64_t> keep, fresh;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t s = FindSlot(keys[i]);
+      if (s >= 0) {
+        keep.push_back(slots_[s].row);
+      } else {
+        fresh.push_back(keys[i]);
+      }
+    }
+    std::sort(keep.begin(), keep.end());
+    std::sort(fresh.begin(), fresh.end());
+    fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
+    problem = MakeRoom(fresh.size(), serial, keep, false);
+    if (!problem.empty()) return problem;
+  }
+  const int64_t width = with_slots ? row_width() : config_.dim;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = FindSlot(keys[i]);
+    const int64_t r = s < 0 ? Insert(keys[i]) : slots_[s].row;
+    WriteRow(rows + i * width, with_slots, RowPtr(r));
+    meta_[r].updated = step;
+  }
+  return "";
+}
+
+std::string HashTable::CountSince(int64_t since_step, int64_t* n) const {
+  const auto changed = [since_step](const RowMeta& m) {
+    return since_step == INT64_MIN || m.updated > since_step;
+  };
+  int64_t count = 0;
   for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
-    n += row_used_[r] && (since_step == INT64_MIN || meta_[r].updated > since_step);
+    count += row_used_[r] && changed(meta_[r]);
   }
   if (tier_) {
-    tier_->ForEachMeta(
-        [&](const RowMeta& m) { n += since_step == INT64_MIN || m.updated > since_step; });
+    const std::string problem = tier_->ForEachMeta([&](const RowMeta& m) { count += changed(m); });
+    if (!problem.empty()) return problem;
   }
-  return n;
+  *n = count;
+  return "";
 }
 
 std::string HashTable::AddSlots(const std::vector<float>& initial_values) {
@@ -306,21 +321,23 @@ void HashTable::Clear() {
   if (tier_) tier_->Clear();
 }
 
-int64_t HashTable::EvictUnseen(int64_t steps_unseen) {
+std::string HashTable::EvictUnseen(int64_t steps_unseen, int64_t* evicted) {
+  std::vector<int64_t> on_disk;  // read first: if the file fails, nothing is removed
+  if (tier_) {
+    const std::string problem = tier_->ForEachMeta([&](const RowMeta& m) {
+      if (step_ - m.last_seen >= steps_unseen) on_disk.push_back(m.key);
+    });
+    if (!problem.empty()) return problem;
+  }
   std::vector<int64_t> victims;
   for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
     if (row_used_[r] && step_ - meta_[r].last_seen >= steps_unseen) victims.push_back(meta_[r].key);
   }
   for (int64_t key : victims) Erase(key);
-  if (tier_) {
-    const size_t in_ram = victims.size();
-    tier_->ForEachMeta([&](const RowMeta& m) {
-      if (step_ - m.last_seen >= steps_unseen) victims.push_back(m.key);
-    });
-    for (size_t i = in_ram; i < victims.size(); ++i) tier_->Erase(victims[i]);
-  }
-  counters_.evictions += victims.size();
-  return victims.size();
+  for (int64_t key : on_disk) tier_->Erase(key);
+  *evicted = victims.size() + on_disk.size();
+  counters_.evictions += *evicted;
+  return "";
 }
 
 }  // namespace sok_lite

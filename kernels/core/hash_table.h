@@ -14,6 +14,7 @@
 
 #include "kernels/core/cpu_gpu_rules.h"
 #include "kernels/core/half_rows.h"
+#include "kernels/core/prefetch.h"
 #include "kernels/core/row_init.h"
 #include "kernels/core/row_tier_file.h"
 
@@ -46,6 +47,7 @@ struct TableConfig {
   // (records, bookkeeping and both indexes); rows beyond it go to the file.
   std::string tier_dir;
   int64_t ram_budget = 0;
+  int64_t tier_segment_bytes = RowTierFile::kDefaultSegmentBytes;  // see row_tier_file.h
   std::string label;  // names the table in errors (empty: the caller does)
 };
 
@@ -95,7 +97,7 @@ class HashTable {
   void WriteUpdatedRow(const float* row, int64_t key, int64_t step, float* record) const;
 
   // Runs fn over disjoint ranges covering [0, n), possibly in parallel.
-  using Runner = std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
+  using Runner = ParallelRunner;
 
   // One lookup step: stored keys are marked seen; unseen keys are counted and stored once
   // admitted (evicting under the capacity policy if needed). A key counts once per step however
@@ -125,10 +127,14 @@ class HashTable {
   std::string RecordsForUpdate(const int64_t* keys, int64_t n, int64_t step, float** records,
                                const Runner& run);
 
-  // Stores key with `row` ([row_width()] floats, or [dim] with slots at their initial values),
-  // replacing any existing row; the row counts as updated at optimizer step `step`.
-  // Returns "" or an error (of the disk tier).
-  std::string Assign(int64_t key, const float* row, bool with_slots, int64_t step);
+  // Stores keys[i] with rows[i] ([row_width()] floats each, or [dim] with slots at their initial
+  // values), replacing any existing row; the rows count as updated at optimizer step `step`; a
+  // key that repeats takes its last row. With a disk tier, the batch goes in pieces that fit the
+  // RAM budget, and room for a whole piece is made before any of its rows changes: on an error
+  // of the disk tier no value of that piece or later ones changes (a batch that fits 3/4 of the
+  // budget's rows is one piece: all or nothing). Returns "" or an error.
+  std::string Assign(const int64_t* keys, int64_t n, const float* rows, bool with_slots,
+                     int64_t step);
 
   // Adds slots (re-laying out every stored row); existing slots keep their values. Returns ""
   // or an error (of the disk tier, which is rewritten).
@@ -140,8 +146,10 @@ class HashTable {
   // Removes every row (the slot layout and the step counter stay).
   void Clear();
 
-  // Removes rows not seen during the last `steps_unseen` lookup steps; returns how many.
-  int64_t EvictUnseen(int64_t steps_unseen);
+  // Removes rows not seen during the last `steps_unseen` lookup steps; *evicted gets how many.
+  // Returns "" or an error (of the disk tier, whose bookkeeping is read from the file; then
+  // nothing is removed).
+  std::string EvictUnseen(int64_t steps_unseen, int64_t* evicted);
 
   // Calls fn(key, record pointer) for every stored row changed by an optimizer step or an assign
   // after step `since_step` (INT64_MIN: every row; rows only ever looked up have never changed
@@ -166,8 +174,9 @@ class HashTable {
   std::string ExportRange(int64_t since_step, int64_t cursor, int64_t limit,
                           std::vector<int64_t>* keys, std::vector<float>* rows, int64_t* next);
 
-  // The number of rows ForEach(since_step, ...) visits.
-  int64_t CountSince(int64_t since_step) const;
+  // *n = the number of rows ForEach(since_step, ...) visits. Returns "" or an error (of the
+  // disk tier, whose bookkeeping is read from the file).
+  std::string CountSince(int64_t since_step, int64_t* n) const;
 
  private:
   static constexpr int64_t kChunkRows = 1024;
@@ -202,14 +211,25 @@ class HashTable {
   int64_t Insert(int64_t key);      // stores a new row initialized from the config
   int64_t InsertSlot(int64_t key);  // indexes a new row of key, contents unset
   // Disk tier: moves the rows of keys[0, n) that are on disk back to RAM (spilling others to
-  // make room, never rows of these keys); with mark_seen the keys also count as seen in this
-  // step (a lookup, whose hits and misses are counted); spare_seen: see Spill.
-  std::string FetchFromTier(const int64_t* keys, int64_t n, bool mark_seen, bool spare_seen = true);
+  // make room, never rows of these keys; spare_seen: see Spill), for an optimizer step or an
+  // assign. RAM is probed through `run`.
+  std::string FetchFromTier(const int64_t* keys, int64_t n, bool spare_seen, const Runner& run);
+  // Disk tier, in a lookup of keys[0, n) whose ids at positions *missing (sorted) were not in
+  // RAM (the others are marked seen): reads the rows of those on disk back to RAM, marked seen,
+  // counts the lookup's hits and misses, and leaves in *missing the positions of keys stored
+  // nowhere.
+  std::string FetchMissing(const int64_t* keys, int64_t n, std::vector<int64_t>* missing,
+                           const Runner& run);
+  // Reads the rows of on_disk (distinct keys) back into RAM, making room first (keep,
+  // spare_seen: see Spill); mark_seen: they count as seen in this lookup step.
+  std::string ReadBack(const std::vector<int64_t>& on_disk, const std::vector<int64_t>& keep,
+                       bool mark_seen, bool spare_seen, const Runner& run);
   // The RAM rows the budget allows now (the disk index takes its share).
   int64_t RamRowLimit() const;
-  // Moves RAM rows to disk until `needed` more fit the budget; spares the rows in `keep`
-  // (sorted) and, with spare_seen, the rows seen in this lookup step.
-  std::string Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen);
+  // Moves the coldest RAM rows (by config().policy) to disk until `needed` more fit the budget;
+  // spares the rows in `keep` (sorted) and, with spare_seen, the rows seen in this lookup step.
+  std::string Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen,
+                    const Runner& run);
   // Moves the RAM rows into the fewest chunks and frees the rest, so that the chunks a table
   // once needed (before spills, or before its slots widened the rows) do not outlast the
   // budget. Row numbers change: callers probe again afterwards.
@@ -217,7 +237,10 @@ class HashTable {
   // Counts the keys at positions `missing` (not stored; a key may repeat) as seen in this step
   // and stores those now admitted, in order of first occurrence, evicting if the table is full.
   // Sorts `missing`. Returns "" or an error.
-  std::string AdmitMissing(const int64_t* keys, std::vector<int64_t>* missing);
+  std::string AdmitMissing(const int64_t* keys, std::vector<int64_t>* missing, const Runner& run);
+  // Assign of one piece that fits the RAM budget.
+  std::string AssignPiece(const int64_t* keys, int64_t n, const float* rows, bool with_slots,
+                          int64_t step);
   void Erase(int64_t key);
   void Grow();
   int64_t value_words() const { return config_.half_values ? (config_.dim + 1) / 2 : config_.dim; }
@@ -226,7 +249,9 @@ class HashTable {
   void InitValue(int64_t key, float* out) const;      // [dim]: the value InitRecord stores
   float* RowPtr(int64_t r) { return chunks_[r / kChunkRows].get() + (r % kChunkRows) * stride(); }
   int64_t AllocateRow();
-  std::string MakeRoom(int64_t needed, const std::vector<int64_t>& keep = {},
+  // Makes room for `needed` more rows (capacity evictions, or disk-tier spills written through
+  // `run`); keep and spare_seen: see Spill.
+  std::string MakeRoom(int64_t needed, const Runner& run, const std::vector<int64_t>& keep = {},
                        bool spare_seen = true);
   std::string Named(const std::string& problem) const {
     return config_.label.empty() ? problem : config_.label + ": " + problem;
@@ -249,6 +274,30 @@ class HashTable {
   std::unique_ptr<RowTierFile> tier_;
   TableCounters counters_;
 };
+
+template <typename F>
+inline void HashTable::ForEachSlot(const int64_t* keys, int64_t n, const Runner& run,
+                                   F on_slot) const {
+  const uint64_t mask = slots_.size() - 1;
+  run(n, [&](int64_t i0, int64_t i1) {
+    // Each key is hashed once: the hash of key i + kPrefetchDistance prefetches its slot and
+    // waits in `ahead` until that key is probed.
+    uint64_t ahead[kPrefetchDistance];
+    for (int64_t i = i0; i < std::min(i1, i0 + kPrefetchDistance); ++i) {
+      ahead[i % kPrefetchDistance] = HashKey(keys[i]);
+      __builtin_prefetch(&slots_[ahead[i % kPrefetchDistance] & mask], 0, 3);
+    }
+    for (int64_t i = i0; i < i1; ++i) {
+      const uint64_t hash = ahead[i % kPrefetchDistance];
+      if (i + kPrefetchDistance < i1) {
+        const uint64_t next = HashKey(keys[i + kPrefetchDistance]);
+        ahead[i % kPrefetchDistance] = next;
+        __builtin_prefetch(&slots_[next & mask], 0, 3);
+      }
+      on_slot(i, FindSlot(keys[i], hash));
+    }
+  });
+}
 
 }  // namespace sok_lite
 

@@ -47,13 +47,8 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
                                      const float* weights, const float* scale, float* out,
                                      bool stream_out, const Runner& run) {
   ++step_;
-  if (tier_) {  // the ids on disk come back first; from there on every stored id is in RAM
-    const std::string problem =
-        FetchFromTier(keys + row_splits[0], row_splits[batch] - row_splits[0], true);
-    if (!problem.empty()) return problem;
-  } else {
-    counters_.hits += row_splits[batch] - row_splits[0];
-  }
+  const int64_t ids = row_splits[batch] - row_splits[0];
+  if (!tier_) counters_.hits += ids;
   const int64_t dim = config_.dim;
   const uint64_t mask = slots_.size() - 1;
   std::mutex mu;
@@ -69,9 +64,9 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
   const auto row_ptr = [=](uint64_t r) {
     return chunks[r / kChunkRows].get() + (r % kChunkRows) * stride;
   };
-  // Only LFU eviction reads the per-step counts; without it a first sighting just stores the
-  // step.
-  const bool count = config_.capacity > 0 && config_.policy == EvictPolicy::kLfu;
+  // Only LFU eviction and spills read the per-step counts; without them a first sighting just
+  // stores the step.
+  const bool count = (config_.capacity > 0 || tier_) && config_.policy == EvictPolicy::kLfu;
   // A 16-bit table's records are combined by CombineHalfSample, which widens as it adds.
   const bool half = config_.half_values;
   // Sample b of `out` from the records row_of(k) gives for its ids k.
@@ -140,7 +135,10 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
       ++meta_[r].count;
     }
   }
-  if (missing.empty()) return "";
+  if (missing.empty()) {
+    if (tier_) counters_.hits += ids;
+    return "";
+  }
   // Samples holding a missing id, found before AdmitMissing sorts the positions by key.
   std::sort(missing.begin(), missing.end());
   std::vector<int64_t> redo;
@@ -148,7 +146,11 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
     const int64_t b = std::upper_bound(row_splits, row_splits + batch + 1, k) - row_splits - 1;
     if (redo.empty() || redo.back() != b) redo.push_back(b);
   }
-  const std::string problem = AdmitMissing(keys, &missing);
+  // With a disk tier the rows on disk come back first (the ids found in RAM are marked seen, so
+  // no spill takes them), then the keys stored nowhere are admitted.
+  std::string problem = tier_ ? FetchMissing(keys, ids, &missing, run) : "";
+  if (!problem.empty()) return problem;
+  problem = AdmitMissing(keys, &missing, run);
   if (!problem.empty()) return problem;
   run(redo.size(), [&](int64_t j0, int64_t j1) {
     std::vector<float> acc(dim), init(stride);

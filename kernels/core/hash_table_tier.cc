@@ -3,6 +3,7 @@
 // and the memory counters.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "kernels/core/hash_table.h"
 
@@ -22,12 +23,15 @@ std::string HashTable::AttachTier() {
         "other");
   }
   if (config_.ram_budget <= 0) return Named("ram_budget must be positive");
-  return RowTierFile::Open(config_.tier_dir, stride(), config_.label, &tier_);
+  return RowTierFile::Open(config_.tier_dir, stride(), config_.label, config_.tier_segment_bytes,
+                           &tier_);
 }
 
 int64_t HashTable::RamRowLimit() const {
   const int64_t per_row = stride() * static_cast<int64_t>(sizeof(float)) + kRamRowOverhead;
-  const int64_t left = config_.ram_budget - tier_->size() * RowTierFile::kIndexBytesPerRow;
+  // The disk index is charged as if every row were on disk: it only grows (by doubling), and
+  // rows move to disk at any time.
+  const int64_t left = config_.ram_budget - tier_->IndexBytesFor(size());
   return std::max<int64_t>(left, 0) / per_row;
 }
 
@@ -47,15 +51,19 @@ std::vector<int64_t> HashTable::MemoryStats() const {
           counters_.evictions};
 }
 
-std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen) {
+std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen,
+                             const Runner& run) {
   const int64_t limit = RamRowLimit();
   const int64_t excess = size_ + needed - limit;
   if (excess <= 0) return "";
-  std::vector<std::pair<int64_t, int64_t>> candidates;  // (last_seen, row)
+  // The coldest rows go: least recently seen (lru), or seen in the fewest lookup steps (lfu,
+  // which keeps a skewed distribution's frequent keys in RAM through bursts of rare ones).
+  const bool lfu = config_.policy == EvictPolicy::kLfu;
+  std::vector<std::pair<int64_t, int64_t>> candidates;  // (score, row)
   for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
     if (!row_used_[r] || (spare_seen && meta_[r].last_seen == step_)) continue;
     if (std::binary_search(keep.begin(), keep.end(), r)) continue;
-    candidates.emplace_back(meta_[r].last_seen, r);
+    candidates.emplace_back(lfu ? meta_[r].count : meta_[r].last_seen, r);
   }
   if (static_cast<int64_t>(candidates.size()) < excess) {
     return Named("ram_budget " + std::to_string(config_.ram_budget) + " bytes holds " +
@@ -76,12 +84,14 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
     metas[i] = meta_[candidates[i].second];
     rows[i] = RowPtr(candidates[i].second);
   }
-  const std::string problem = tier_->Write(count, metas.data(), rows.data());
+  const std::string problem = tier_->Write(count, metas.data(), rows.data(), run);
   if (!problem.empty()) return problem;  // the rows stay in RAM
   for (const RowMeta& m : metas) Erase(m.key);
   counters_.spills += count;
-  const int64_t chunks_needed = (size_ + kChunkRows - 1) / kChunkRows;
-  if (static_cast<int64_t>(chunks_.size()) > chunks_needed) CompactRows();
+  // The rows freed here are refilled by the next read-backs: compact only when the chunks
+  // outgrow what the budget allows (after the rows widened, or the disk index grew).
+  const int64_t chunks_allowed = (limit + kChunkRows - 1) / kChunkRows + 1;
+  if (static_cast<int64_t>(chunks_.size()) > chunks_allowed) CompactRows();
   return "";
 }
 
@@ -113,39 +123,68 @@ void HashTable::CompactRows() {
   free_rows_.shrink_to_fit();
 }
 
-std::string HashTable::FetchFromTier(const int64_t* keys, int64_t n, bool mark_seen,
-                                     bool spare_seen) {
+std::string HashTable::FetchFromTier(const int64_t* keys, int64_t n, bool spare_seen,
+                                     const Runner& run) {
+  // Probe RAM in parallel, prefetched; only the keys not in RAM are looked up on disk.
+  std::vector<int64_t> rows(n);
+  ForEachSlot(keys, n, run, [&](int64_t i, int64_t s) { rows[i] = s < 0 ? -1 : slots_[s].row; });
   std::vector<int64_t> keep, on_disk;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t s = FindSlot(keys[i]);
-    if (s >= 0) {
-      counters_.hits += mark_seen;  // lookups count, optimizer steps do not
-      if (mark_seen) {
-        MarkSeen(slots_[s].row);
-      } else {
-        keep.push_back(slots_[s].row);
-      }
-    } else if (tier_->Find(keys[i])) {
-      counters_.misses += mark_seen;
+    if (rows[i] >= 0) {
+      keep.push_back(rows[i]);
+    } else if (tier_->Contains(keys[i])) {
       on_disk.push_back(keys[i]);
     }
   }
-  if (on_disk.empty()) return "";
+  std::sort(keep.begin(), keep.end());
   std::sort(on_disk.begin(), on_disk.end());
   on_disk.erase(std::unique(on_disk.begin(), on_disk.end()), on_disk.end());
+  return ReadBack(on_disk, keep, false, spare_seen, run);
+}
+
+std::string HashTable::FetchMissing(const int64_t* keys, int64_t n, std::vector<int64_t>* missing,
+                                    const Runner& run) {
+  // Positions sorted by key: a key's repeats together, each key's disk index probed once.
+  std::vector<int64_t> by_key = *missing;
+  std::sort(by_key.begin(), by_key.end(), [keys](int64_t a, int64_t b) {
+    return keys[a] < keys[b] || (keys[a] == keys[b] && a < b);
+  });
+  std::vector<int64_t> on_disk, rest;
+  int64_t missed = 0;  // ids (repeats counted) read back
+  for (size_t j = 0; j < by_key.size();) {
+    size_t k = j + 1;
+    while (k < by_key.size() && keys[by_key[k]] == keys[by_key[j]]) ++k;
+    if (tier_->Contains(keys[by_key[j]])) {
+      on_disk.push_back(keys[by_key[j]]);
+      missed += k - j;
+    } else {
+      rest.insert(rest.end(), by_key.begin() + j, by_key.begin() + k);
+    }
+    j = k;
+  }
+  counters_.hits += n - static_cast<int64_t>(missing->size());
+  counters_.misses += missed;
+  std::sort(rest.begin(), rest.end());
+  *missing = std::move(rest);
+  return ReadBack(on_disk, {}, true, true, run);
+}
+
+std::string HashTable::ReadBack(const std::vector<int64_t>& on_disk,
+                                const std::vector<int64_t>& keep, bool mark_seen, bool spare_seen,
+                                const Runner& run) {
+  if (on_disk.empty()) return "";
   const int64_t m = on_disk.size();
   // Read first: a bad record is reported before anything moves.
   std::vector<RowMeta> metas(m);
-  std::vector<float> rows(m * stride());
-  std::string problem = tier_->Read(m, on_disk.data(), metas.data(), rows.data());
+  std::unique_ptr<float[]> read(new float[m * stride()]);  // every float is read into
+  std::string problem = tier_->Read(m, on_disk.data(), metas.data(), read.get(), run);
   if (!problem.empty()) return problem;
-  std::sort(keep.begin(), keep.end());
-  problem = MakeRoom(m, keep, spare_seen);
+  problem = MakeRoom(m, run, keep, spare_seen);
   if (!problem.empty()) return problem;
   for (int64_t j = 0; j < m; ++j) {
     const int64_t r = InsertSlot(on_disk[j]);
     meta_[r] = metas[j];
-    std::memcpy(RowPtr(r), rows.data() + j * stride(), stride() * sizeof(float));
+    std::memcpy(RowPtr(r), read.get() + j * stride(), stride() * sizeof(float));
     tier_->Erase(on_disk[j]);
     if (mark_seen) MarkSeen(r);
   }
@@ -174,17 +213,15 @@ std::string HashTable::ExportRange(int64_t since_step, int64_t cursor, int64_t l
     return "";
   }
   int64_t disk_next = 0;
-  const std::vector<int64_t> disk_keys =
-      tier_->KeysWhere(pos - ram_end, limit - keys->size(), changed, &disk_next);
-  *next = disk_next < 0 ? -1 : ram_end + disk_next;
-  if (disk_keys.empty()) return "";
-  std::vector<RowMeta> metas(disk_keys.size());
-  const size_t at = rows->size();
-  rows->resize(at + disk_keys.size() * width);
+  const size_t in_ram = keys->size();
   const std::string problem =
-      tier_->Read(disk_keys.size(), disk_keys.data(), metas.data(), rows->data() + at);
-  if (!problem.empty()) return problem;
-  keys->insert(keys->end(), disk_keys.begin(), disk_keys.end());
+      tier_->ReadWhere(pos - ram_end, limit - in_ram, changed, keys, rows, &disk_next);
+  if (!problem.empty()) {
+    keys->resize(in_ram);
+    rows->resize(in_ram * width);
+    return problem;
+  }
+  *next = disk_next < 0 ? -1 : ram_end + disk_next;
   return "";
 }
 

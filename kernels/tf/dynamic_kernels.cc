@@ -102,7 +102,8 @@ absl::Status DynamicApplyFunctor<CPUDevice>::Compute(OpKernelContext* ctx, Dynam
 template <>
 absl::Status DynamicExportFunctor<CPUDevice>::Count(OpKernelContext*, DynamicTableResource* t,
                                                     int64_t since, int64_t* n) {
-  *n = t->table.CountSince(since);
+  const std::string problem = t->table.CountSince(since, n);
+  if (!problem.empty()) return tensorflow::errors::InvalidArgument(problem);
   return absl::OkStatus();
 }
 
@@ -126,11 +127,8 @@ absl::Status DynamicAssignFunctor<CPUDevice>::Compute(OpKernelContext*, DynamicT
                                                       const int64_t* keys, int64_t n,
                                                       const float* values, bool with_slots,
                                                       int64_t step) {
-  const int64_t width = with_slots ? t->stride() : t->dim();
-  for (int64_t i = 0; i < n; ++i) {
-    const std::string problem = t->table.Assign(keys[i], values + i * width, with_slots, step);
-    if (!problem.empty()) return tensorflow::errors::InvalidArgument(problem);
-  }
+  const std::string problem = t->table.Assign(keys, n, values, with_slots, step);
+  if (!problem.empty()) return tensorflow::errors::InvalidArgument(problem);
   return absl::OkStatus();
 }
 
@@ -144,7 +142,8 @@ absl::Status DynamicMaintenanceFunctor<CPUDevice>::Size(OpKernelContext*, Dynami
 template <>
 absl::Status DynamicMaintenanceFunctor<CPUDevice>::Evict(OpKernelContext*, DynamicTableResource* t,
                                                          int64_t steps, int64_t* evicted) {
-  *evicted = t->table.EvictUnseen(steps);
+  const std::string problem = t->table.EvictUnseen(steps, evicted);
+  if (!problem.empty()) return tensorflow::errors::InvalidArgument(problem);
   return absl::OkStatus();
 }
 

@@ -255,7 +255,8 @@ class DynamicExportOp : public tensorflow::OpKernel {
     const int64_t width = with_slots_ ? t->stride() : t->dim();
     DynamicExportFunctor<Device> functor;
     int64_t n = 0;
-    OP_REQUIRES_OK(ctx, functor.Count(ctx, t.get(), since, &n));
+    OP_REQUIRES_OK(ctx,
+                   NamedError(functor.Count(ctx, t.get(), since, &n), DynamicTableLabel(name_)));
     tensorflow::Tensor *keys, *values;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({n}), &keys));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, tensorflow::TensorShape({n, width}), &values));

@@ -23,6 +23,12 @@ SOURCES += ["row_init.cc"]
 I64_MIN = np.iinfo(np.int64).min
 DIM = 32
 ERR = 512
+# Per RAM row: 96 floats with two slots + ~91 bytes of bookkeeping and index, per row on disk
+# ~20 bytes of index: 96 KiB holds about a third of the 600 keys below in RAM.
+BUDGET = 96 << 10
+# Segments of the disk tier's file: ~19 records of two-slot rows, so that tests fill, empty and
+# clean many of them (the default, 1 MiB, holds thousands).
+SEGMENT = 8 << 10
 
 
 def build(out_dir: Path) -> Path:
@@ -44,7 +50,7 @@ def load(lib_path) -> ctypes.CDLL:
     I64, F32 = P(np.int64, flags="C"), P(np.float32, flags="C")
     i64, s, vp = ctypes.c_int64, ctypes.c_char_p, ctypes.c_void_p
     sigs = {
-        "sok_tier_create": (vp, [i64, i64, s, i64, s, i64]),
+        "sok_tier_create": (vp, [i64, i64, s, i64, i64, ctypes.c_int, s, i64]),
         "sok_tier_free": (None, [vp]),
         "sok_tier_lookup": (ctypes.c_int, [vp, I64, i64, F32, s, i64]),
         "sok_tier_lookup_combine": (ctypes.c_int, [vp, I64, I64, i64, F32, s, i64]),
@@ -73,10 +79,11 @@ def lib(tmp_path_factory):
 class Table:
     """One HashTable; every call that fails raises RuntimeError with the C++ text."""
 
-    def __init__(self, lib, budget=0, directory="", min_count=1):
+    def __init__(self, lib, budget=0, directory="", min_count=1, segment_bytes=SEGMENT, lfu=False):
         self.lib = lib
         err = ctypes.create_string_buffer(ERR)
-        self.h = lib.sok_tier_create(DIM, budget, str(directory).encode(), min_count, err, ERR)
+        d = str(directory).encode()
+        self.h = lib.sok_tier_create(DIM, budget, d, min_count, segment_bytes, lfu, err, ERR)
         if not self.h:
             raise RuntimeError(err.value.decode())
 
@@ -145,11 +152,6 @@ class Table:
             self.lib.sok_tier_free(self.h)
 
 
-# Per RAM row: 96 floats with two slots + ~91 bytes of bookkeeping and index, per row on disk
-# ~83 bytes of index: 96 KiB holds about a sixth of the 600 keys below in RAM.
-BUDGET = 96 << 10
-
-
 def keys_of(rng, step, pool=600):
     # A drifting hot range plus cold keys across the whole pool, large int64s included.
     hot = rng.integers(step * 7, step * 7 + 40, 30) % pool
@@ -205,6 +207,45 @@ def test_tiered_equals_ram(lib, tmp_path):
     assert ram.stats()["rows_disk"] == 0 and ram.stats()["spills"] == 0
 
 
+def test_file_stays_within_twice_its_rows(lib, tmp_path):
+    # Rows read back leave dead records; segments are reused and cleaned, so the file stays
+    # under twice its live records (plus the open segment and the cleaning threshold's two).
+    ram, tier = Table(lib), Table(lib, BUDGET, tmp_path / "t")
+    rng = np.random.default_rng(6)
+    record = 40 + 3 * DIM * 4
+    segment = SEGMENT // record * record
+    for rounds in range(4):
+        train([ram, tier], rng, 30, slots_at=2 if rounds == 0 else 0)
+        s = tier.stats()
+        assert s["bytes_disk"] <= 2 * s["rows_disk"] * record + 3 * segment, s
+    # More records were written than the bound holds: dead ones were reclaimed.
+    assert s["spills"] > 2 * s["rows_disk"] + 3 * (segment // record), s
+    assert_same(ram, tier)
+
+
+def test_lfu_spills_keep_frequent_rows(lib, tmp_path):
+    # 60 hot keys in every third step, between two bursts of 200 keys from a pool of 1,200 (400
+    # rows, more than the ~330 the budget holds): least recently used spills the hot rows in
+    # every burst, fewest-steps-seen keeps them.
+    tables = {p: Table(lib, BUDGET, tmp_path / p, lfu=p == "lfu") for p in ("lru", "lfu")}
+    ram = Table(lib)
+    hot = np.arange(60, dtype=np.int64) * 7919
+    bursts = iter(np.arange(1, 1201, dtype=np.int64).reshape(6, 200).tolist() * 10)
+    hot_misses = dict.fromkeys(tables, 0)  # hot keys read back from disk
+    for step in range(1, 61):
+        keys = hot if step % 3 == 0 else np.array(next(bursts), np.int64)
+        before = {p: t.stats()["misses"] for p, t in tables.items()}
+        outs = [t.lookup(keys) for t in (ram, *tables.values())]
+        for o in outs[1:]:
+            np.testing.assert_array_equal(o, outs[0])
+        if step % 3 == 0:
+            for p, t in tables.items():
+                hot_misses[p] += t.stats()["misses"] - before[p]
+    assert hot_misses["lru"] >= 60 * 15 and hot_misses["lfu"] <= 60 * 2, hot_misses
+    for t in tables.values():
+        assert_same(ram, t)
+
+
 def test_evict_assign_clear_across_tiers(lib, tmp_path):
     ram, tier = Table(lib), Table(lib, BUDGET, tmp_path / "t")
     rng = np.random.default_rng(1)
@@ -219,6 +260,11 @@ def test_evict_assign_clear_across_tiers(lib, tmp_path):
         t.assign(keys[::3], full[::3, :DIM] * 2, False, 101)
     assert_same(ram, tier)
     assert ram.count_since(99) == tier.count_since(99) == keys.size
+    big = np.arange(5000, 5700, dtype=np.int64)  # more rows than the budget holds: in pieces
+    big_rows = rng.standard_normal((big.size, 3 * DIM)).astype(np.float32)
+    for t in (ram, tier):
+        t.assign(big, big_rows, True, 102)
+    assert_same(ram, tier)
     train([ram, tier], rng, 5, slots_at=0)
     assert_same(ram, tier)
     tier.clear()
@@ -287,6 +333,15 @@ kr, rr = ram.export()
 # have stored new keys): every row the tiered table holds equals the RAM table's, bit for bit.
 pos = np.searchsorted(kr, ka)
 print("ROWS", ka.size, np.array_equal(kr[pos], ka) and np.array_equal(rr[pos], ra))
+# A batch assign that needs room (within 3/4 of what the budget holds: one piece) fails before
+# it changes any value.
+new = np.concatenate([ka[:40], np.arange(10**6, 10**6 + 100)]).astype(np.int64)
+try:
+    tier.assign(new, np.ones((new.size, 3 * DIM), np.float32), True, 500)
+except RuntimeError as e:
+    print("ASSIGN ERROR", e)
+kb, rb = tier.export()
+print("ASSIGN KEPT", np.array_equal(ka, kb) and np.array_equal(ra, rb))
 """
 
 
@@ -303,6 +358,8 @@ def test_disk_full_keeps_rows(lib, tmp_path):
     assert "File too large" in done.stdout
     rows = done.stdout.split("ROWS ")[1].split()
     assert int(rows[0]) > 0 and rows[1] == "True", done.stdout
+    assert "ASSIGN ERROR dynamic table 't': disk tier: cannot write" in done.stdout, done.stdout
+    assert "ASSIGN KEPT True" in done.stdout, done.stdout
 
 
 def test_widened_rows_give_their_chunks_back(lib, tmp_path):

@@ -23,20 +23,24 @@ int Report(const std::string& problem, char* err, int64_t err_len) {
 
 extern "C" {
 
-// ram_budget <= 0: a RAM-only table. Returns null and err on failure.
+// ram_budget <= 0: a RAM-only table; segment_bytes <= 0: the default segments of the disk tier;
+// lfu: spill the rows seen in the fewest steps (else the least recently seen). Returns null and
+// err on failure.
 void* sok_tier_create(int64_t dim, int64_t ram_budget, const char* dir, int64_t min_count,
-                      char* err, int64_t err_len) {
+                      int64_t segment_bytes, int lfu, char* err, int64_t err_len) {
   sok_lite::TableConfig config;
   config.dim = dim;
   config.init.kind = sok_lite::InitKind::kNormal;
   config.init.seed = 7;
   config.min_count = min_count;
+  config.policy = lfu ? sok_lite::EvictPolicy::kLfu : sok_lite::EvictPolicy::kLru;
   config.label = "dynamic table 't'";
   auto* table = new sok_lite::HashTable(config);
   if (ram_budget > 0) {
     sok_lite::TableConfig tiered = config;
     tiered.tier_dir = dir;
     tiered.ram_budget = ram_budget;
+    if (segment_bytes > 0) tiered.tier_segment_bytes = segment_bytes;
     delete table;
     table = new sok_lite::HashTable(tiered);
     if (Report(table->AttachTier(), err, err_len)) {
@@ -90,20 +94,20 @@ int sok_tier_add_slots(void* t, const float* init, int64_t n, char* err, int64_t
 int sok_tier_assign(void* t, const int64_t* keys, int64_t n, const float* rows, int with_slots,
                     int64_t step, char* err, int64_t err_len) {
   auto* table = static_cast<sok_lite::HashTable*>(t);
-  const int64_t width = with_slots ? table->stride() : table->config().dim;
-  for (int64_t i = 0; i < n; ++i) {
-    if (Report(table->Assign(keys[i], rows + i * width, with_slots, step), err, err_len)) return 1;
-  }
-  return 0;
+  return Report(table->Assign(keys, n, rows, with_slots, step), err, err_len);
 }
 
 int64_t sok_tier_stride(void* t) { return static_cast<sok_lite::HashTable*>(t)->stride(); }
 int64_t sok_tier_size(void* t) { return static_cast<sok_lite::HashTable*>(t)->size(); }
 int64_t sok_tier_count_since(void* t, int64_t since) {
-  return static_cast<sok_lite::HashTable*>(t)->CountSince(since);
+  int64_t n = -1;  // -1: the file could not be read
+  static_cast<sok_lite::HashTable*>(t)->CountSince(since, &n);
+  return n;
 }
 int64_t sok_tier_evict(void* t, int64_t steps) {
-  return static_cast<sok_lite::HashTable*>(t)->EvictUnseen(steps);
+  int64_t evicted = -1;  // -1: the file could not be read
+  static_cast<sok_lite::HashTable*>(t)->EvictUnseen(steps, &evicted);
+  return evicted;
 }
 void sok_tier_clear(void* t) { static_cast<sok_lite::HashTable*>(t)->Clear(); }
 
