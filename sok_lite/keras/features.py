@@ -11,6 +11,7 @@ import tensorflow as tf
 from sok_lite.initializers import computes_per_row
 from sok_lite.lookup import COMBINERS
 from sok_lite.placement import Placement
+from sok_lite.storage import Disk
 from sok_lite.table_dtypes import HALF_DTYPES
 
 EVICT_POLICIES = ("lru", "lfu")
@@ -24,6 +25,7 @@ HASH_TABLE_DEFAULTS = {
     "evict_policy": "lru",
     "min_count": 1,
     "key_dtype": "int64",
+    "storage": None,
 }
 
 
@@ -32,6 +34,28 @@ def serialize_initializer(initializer) -> str | dict:
     if isinstance(initializer, str):
         return initializer
     return keras.initializers.serialize(keras.initializers.get(initializer))
+
+
+def storage_config(storage: Disk | None) -> dict | None:
+    """A Disk as the plain dict {"path", "ram_budget"} that a config holds (None stays None)."""
+    if storage is None:
+        return None
+    return {"path": storage.path, "ram_budget": storage.ram_budget}
+
+
+def _storage_of(storage, label: str) -> Disk | None:
+    """A Disk from a Disk or a dict of its fields (as get_config writes it), or None."""
+    if storage is None or isinstance(storage, Disk):
+        return storage
+    if not isinstance(storage, dict) or set(storage) != {"path", "ram_budget"}:
+        raise ValueError(
+            f"{label}: storage must be None, sok.storage.Disk(path, ram_budget) or a dict "
+            f'{{"path": ..., "ram_budget": ...}}, got {storage!r}'
+        )
+    try:
+        return Disk(storage["path"], storage["ram_budget"])
+    except ValueError as e:
+        raise ValueError(f"{label}: {e}") from None
 
 
 def _is_int(value) -> bool:
@@ -57,7 +81,7 @@ class FeatureSpec:
         RandomUniform, Zeros, Ones and Constant, a number, or SOK's "random".
       table: the table name; features with the same table name share one table (they must
         agree on every table field: input_dim, output_dim, initializer, mode, storage_dtype and
-        the hash-table settings). Default: the feature name.
+        the hash-table settings, storage included). Default: the feature name.
       hotness: the most ids a sample may have (a longer sample is an error); None: no limit.
       pad_value: for dense [batch, k] inputs, the id that marks an empty slot (dropped); None:
         every entry is an id. For a hash table the pad value is therefore not a usable key.
@@ -68,6 +92,11 @@ class FeatureSpec:
       min_count: hash tables only: a key gets a stored, trainable row from its min_count-th
         lookup on (before that it reads the initializer's value).
       key_dtype: hash tables only: "int64" (default) or "int32", the dtype of the keys.
+      storage: hash tables only: None (default: every row in RAM) or
+        `sok.storage.Disk(path, ram_budget)` (or a dict {"path": ..., "ram_budget": ...}): each
+        rank keeps at most ram_budget bytes of the table's rows in RAM and the rest in a file
+        under `<path>/<table name>.rank<r>`, as sok_lite.DynamicVariable's `storage`. Excludes
+        capacity. See docs/user_guide.md, "Tables larger than memory".
       storage_dtype: the dtype the table stores its rows in: "float32", "bfloat16" or
         "float16" (16 bits: half the memory; lookups, gradients and optimizer math stay
         float32, see docs/user_guide.md "16-bit tables"), or "float64" (fixed-size tables
@@ -84,9 +113,10 @@ class FeatureSpec:
     Raises:
       ValueError: naming the feature, for an unknown combiner, mode, evict_policy,
         key_dtype or storage_dtype (float64 for a hash table), non-positive dimensions,
-        capacity or min_count, hash-table settings on a fixed-size feature, an initializer
-        a hash table cannot compute per key, or a weight_feature that is not a non-empty
-        name other than the feature's.
+        capacity or min_count, hash-table settings on a fixed-size feature, a storage that is
+        not a Disk (or its dict) or comes with capacity, an initializer a hash table cannot
+        compute per key, or a weight_feature that is not a non-empty name other than the
+        feature's.
     """
 
     name: str
@@ -104,6 +134,7 @@ class FeatureSpec:
     key_dtype: str = "int64"
     weight_feature: str | None = None
     storage_dtype: str | None = None
+    storage: Disk | None = None
 
     def __post_init__(self):
         label = f"feature {self.name!r}"
@@ -124,6 +155,8 @@ class FeatureSpec:
         object.__setattr__(self, "key_dtype", _key_dtype_name(self.key_dtype, label))
         storage = _storage_dtype_name(self.storage_dtype, self.hashed, label)
         object.__setattr__(self, "storage_dtype", storage)
+        # A config dict becomes a Disk, so that features sharing a table compare equal.
+        object.__setattr__(self, "storage", _storage_of(self.storage, label))
         if self.hashed:
             self._check_hash_table(label)
         else:
@@ -151,6 +184,11 @@ class FeatureSpec:
             )
         if not _is_int(self.min_count) or self.min_count < 1:
             raise ValueError(f"{label}: min_count must be an int >= 1, got {self.min_count!r}")
+        # DynamicVariable refuses this too, but only at build, naming the table.
+        if self.storage is not None and self.capacity is not None:
+            raise ValueError(
+                f"{label}: capacity drops rows and storage=Disk keeps them; give one of them"
+            )
         if not computes_per_row(self.initializer):
             raise ValueError(
                 f"{label}: a hash table computes each new row from its key, which initializer "
@@ -183,6 +221,7 @@ class FeatureSpec:
         """A JSON-friendly dict that `FeatureSpec(**config)` turns back into this spec."""
         config = dataclasses.asdict(self)
         config["initializer"] = serialize_initializer(self.initializer)
+        config["storage"] = storage_config(self.storage)
         return config
 
     @classmethod
@@ -248,6 +287,7 @@ class TableSpec:
     min_count: int = 1
     key_dtype: str = "int64"
     storage_dtype: str | None = None
+    storage: Disk | None = None
 
     @classmethod
     def of(cls, feature: FeatureSpec, name: str | None = None) -> "TableSpec":
@@ -263,6 +303,7 @@ class TableSpec:
             feature.min_count,
             feature.key_dtype,
             feature.storage_dtype,
+            feature.storage,
         )
 
     @property
@@ -301,8 +342,7 @@ def table_specs(features: Sequence[FeatureSpec]) -> list[TableSpec]:
             raise ValueError(
                 f"features {owner.name!r} and {f.name!r} share table {f.table_name!r} but "
                 "differ in input_dim, output_dim, initializer, mode, storage_dtype or the "
-                "hash-table settings "
-                "(capacity, evict_policy, min_count, key_dtype)"
+                f"hash-table settings ({', '.join(HASH_TABLE_DEFAULTS)})"
             )
     return [TableSpec.of(f, name) for name, f in first_use.items()]
 

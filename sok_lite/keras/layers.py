@@ -21,6 +21,7 @@ from sok_lite.keras.features import (
     TableSpec,
     check_weight_features,
     serialize_initializer,
+    storage_config,
     table_dtype,
     table_specs,
 )
@@ -33,6 +34,7 @@ from sok_lite.keras.tables import (
     stored_values,
 )
 from sok_lite.lookup import lookup_sparse
+from sok_lite.storage import Disk
 from sok_lite.variable import Variable
 
 
@@ -206,6 +208,10 @@ class Embedding(_TableLayer):
         sok_lite.keras.FeatureSpec (and sok_lite.DynamicVariable).
       storage_dtype: the table's storage dtype, as in sok_lite.keras.FeatureSpec (None: the
         layer's variable dtype).
+      storage: hash tables only: None (every row in RAM) or sok_lite.storage.Disk(path,
+        ram_budget) (or its dict), as in sok_lite.keras.FeatureSpec. The tier directory is
+        `<path>/embeddings.rank<r>` (the table's name), suffixed .1, .2, ... for further
+        tables of that name in the process.
       weighted: if True, the layer is called on (ids, weights): one float weight per id, laid
         out like the ids (as FeatureSpec's weight_feature).
       **kwargs: keras.layers.Layer arguments (name, trainable, dtype).
@@ -255,6 +261,7 @@ class Embedding(_TableLayer):
         min_count: int = 1,
         key_dtype: str = "int64",
         storage_dtype: str | None = None,
+        storage: Disk | dict | None = None,
         weighted: bool = False,
         **kwargs,
     ):
@@ -274,6 +281,7 @@ class Embedding(_TableLayer):
             min_count=min_count,
             key_dtype=key_dtype,
             storage_dtype=storage_dtype,
+            storage=storage,
         )
 
     input_dim = property(lambda self: self.feature.input_dim)
@@ -288,6 +296,7 @@ class Embedding(_TableLayer):
     min_count = property(lambda self: self.feature.min_count)
     key_dtype = property(lambda self: self.feature.key_dtype)
     storage_dtype = property(lambda self: self.feature.storage_dtype)
+    storage = property(lambda self: self.feature.storage)
 
     def build(self, input_shape=None):
         self.embeddings = self._create_table(TableSpec.of(self.feature), "embeddings")
@@ -325,6 +334,7 @@ class Embedding(_TableLayer):
             min_count=f.min_count,
             key_dtype=f.key_dtype,
             storage_dtype=f.storage_dtype,
+            storage=storage_config(f.storage),
             weighted=self.weighted,
         )
         return config

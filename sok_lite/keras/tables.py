@@ -38,6 +38,7 @@ def create_table(spec: TableSpec, name: str, dtype, trainable: bool):
             capacity=spec.capacity,
             evict_policy=spec.evict_policy,
             min_count=spec.min_count,
+            storage=spec.storage,
         )
     return Variable(
         shape=[spec.input_dim, spec.output_dim],

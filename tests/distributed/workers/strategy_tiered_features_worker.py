@@ -1,0 +1,45 @@
+"""The model of tests/keras/test_keras_tiered_features.py fitted twice under MirroredStrategy
+(2 logical CPUs): with a disk tier under OUT_DIR/tier, and all in RAM. Writes each run's table
+rows per rank and dense weights (tiered.npz, ram.npz) and the tiered table's memory_stats() per
+rank (stats.json).
+
+    python strategy_tiered_features_worker.py OUT_DIR
+"""
+
+import json
+import pathlib
+import sys
+
+from tests.distributed.workers.strategy_setup import make_strategy
+
+out_dir = pathlib.Path(sys.argv[1])
+strategy = make_strategy("mirrored")  # before TensorFlow runs any op
+
+import numpy as np  # noqa: E402
+
+import sok_lite as sok  # noqa: E402
+from tests.keras import test_keras_tiered_features as setup  # noqa: E402
+
+
+def arrays(model) -> dict:
+    out = {}
+    for rank, shard in setup.shards_and_ranks(model.get_layer("features").tables["user"]):
+        keys, rows = shard.export(with_slots=True)
+        order = np.argsort(keys.numpy())
+        out[f"user.keys@{rank}"] = keys.numpy()[order]
+        out[f"user.rows@{rank}"] = rows.numpy()[order]
+    for i, weight in enumerate(setup.dense_weights(model)):
+        out[f"dense{i}"] = weight
+    return out
+
+
+with strategy.scope():
+    sok.init()  # "auto": the strategy in scope
+    disk = sok.storage.Disk(out_dir / "tier", ram_budget=setup.BUDGET)
+    models = {"tiered": setup.make_model(disk), "ram": setup.make_model()}
+for name, model in models.items():
+    setup.fit(model, setup.dataset())
+    np.savez(out_dir / f"{name}.npz", **arrays(model))
+table = models["tiered"].get_layer("features").tables["user"]
+stats = {rank: shard.memory_stats() for rank, shard in setup.shards_and_ranks(table)}
+(out_dir / "stats.json").write_text(json.dumps(stats))
