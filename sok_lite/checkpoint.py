@@ -2,8 +2,9 @@
 number of ranks. The directory format is described in docs/checkpoint_format.md.
 
 Each rank writes only its own rows, in bounded chunks; each rank loads by streaming every shard
-file and keeping the rows it owns under the current world size. A dump is written under a
-temporary name and renamed once complete; a load validates everything before it assigns anything.
+file and keeping the rows it owns under the current world size (a hash table's rows are assigned
+a chunk at a time as they are read). A dump is written under a temporary name and renamed once
+complete; a load validates everything before it assigns anything.
 """
 
 import hashlib
@@ -207,32 +208,67 @@ def _file_dtype(table_dtype: str) -> np.dtype:
     return np.dtype("<f8" if table_dtype == "float64" else "<f4")
 
 
-def _owned_rows(final, manifest, t, var, width_out, communicator):
-    """Streams every shard file of table t; returns (ids, rows) that this rank owns now."""
+def _check_shards(final: pathlib.Path, manifest: dict, t: int, width_out: int) -> None:
+    """Table t's shard files hold whole rows of at least width_out values, as many as the
+    manifest says: every later read of them is in bounds."""
+    itemsize = _file_dtype(manifest["tables"][t]["dtype"]).itemsize
+    for r in range(manifest["world_size"]):
+        name = f"t{t}.r{r}"
+        ids, rows = manifest["files"].get(f"{name}.ids"), manifest["files"].get(f"{name}.rows")
+        if ids is None or rows is None:
+            raise CheckpointError(f"{final / 'manifest.json'}: no files {name}.ids/.rows listed")
+        count, width = rows["rows"], rows["width"]
+        if count and (width is None or width < width_out):
+            raise CheckpointError(
+                f"{final / f'{name}.rows'}: rows of width {width}, need {width_out}"
+            )
+        if ids["bytes"] != 8 * count or rows["bytes"] != itemsize * count * (width or 0):
+            raise CheckpointError(
+                f"{final / name}.*: {ids['bytes']} + {rows['bytes']} bytes do not hold the "
+                f"{count} rows of width {width} the manifest says"
+            )
+
+
+def _read(f, dtype: np.dtype, count: int) -> np.ndarray:
+    """The next `count` values of dtype from file f (its size was checked)."""
+    return np.fromfile(f, dtype, count)
+
+
+def _owned_pieces(final, manifest, t, var, width_out, communicator):
+    """Yields (ids, rows) of table t that this rank owns now, reading the shard files at most
+    CHUNK_ROWS rows at a time: the dump is never held whole. _check_shards came first."""
     rank, n = communicator.rank, communicator.num_ranks
-    keep_ids, keep_rows = [], []
     dtype = _file_dtype(manifest["tables"][t]["dtype"])
     for r in range(manifest["world_size"]):
         info = manifest["files"][f"t{t}.r{r}.rows"]
         count, width = info["rows"], info["width"]
-        if count and (width is None or width < width_out):
-            raise CheckpointError(
-                f"{final / f't{t}.r{r}.rows'}: rows of width {width}, need {width_out}"
-            )
         with (
             open(final / f"t{t}.r{r}.ids", "rb") as fi,
             open(final / f"t{t}.r{r}.rows", "rb") as fr,
         ):
             for start in range(0, count, CHUNK_ROWS):
                 k = min(CHUNK_ROWS, count - start)
-                ids = np.frombuffer(fi.read(8 * k), "<i8")
-                rows = np.frombuffer(fr.read(dtype.itemsize * k * width), dtype).reshape(k, width)
+                ids = _read(fi, np.dtype("<i8"), k)
+                rows = _read(fr, dtype, k * width).reshape(k, width)
                 mine = var.owners(ids, n) == rank
-                keep_ids.append(ids[mine])
-                keep_rows.append(rows[mine, :width_out])
-    ids = np.concatenate(keep_ids) if keep_ids else np.zeros([0], np.int64)
-    rows = np.concatenate(keep_rows) if keep_rows else np.zeros([0, width_out], dtype)
+                if mine.any():
+                    yield ids[mine], rows[mine, :width_out]
+
+
+def _owned_rows(final, manifest, t, var, width_out, communicator):
+    """Every (ids, rows) of table t that this rank owns, in one piece (row-numbered tables)."""
+    pieces = list(_owned_pieces(final, manifest, t, var, width_out, communicator))
+    dtype = _file_dtype(manifest["tables"][t]["dtype"])
+    ids = np.concatenate([i for i, _ in pieces]) if pieces else np.zeros([0], np.int64)
+    rows = np.concatenate([r for _, r in pieces]) if pieces else np.zeros([0, width_out], dtype)
     return ids, rows
+
+
+def _chain_pieces(paths, manifests, t, var, width_out, communicator):
+    """A keyed table's pieces over a chain of dumps, in order: as the table assigns them, a
+    key's row from a later dump replaces the earlier one."""
+    for p, manifest in zip(paths, manifests):
+        yield from _owned_pieces(p, manifest, t, var, width_out, communicator)
 
 
 def load(path, variables, optimizer=None) -> None:
@@ -240,7 +276,9 @@ def load(path, variables, optimizer=None) -> None:
 
     Works on any number of ranks: each rank keeps the rows it owns under the current world size.
     Every file is checked (presence, size, checksum) and every table's metadata compared with
-    the variable before anything is assigned: on error no variable changes.
+    the variable before anything is assigned: on error no variable changes. A DynamicVariable's
+    rows are then read and assigned a piece at a time (65,536 rows of a file), so a tiered
+    table larger than RAM reloads.
 
     Args:
       path: a checkpoint directory, or a list: a full dump followed by incremental dumps
@@ -282,41 +320,42 @@ def load(path, variables, optimizer=None) -> None:
             _check_table(meta, var, optimizer, p / "manifest.json")
         _check_files(p, manifest)
 
+    widths = []
+    for t, meta in enumerate(manifests[0]["tables"]):
+        slots = len(meta["slots"]) if optimizer is not None else 0
+        widths.append(meta["dim"] * (1 + slots))
+        for p, manifest in zip(paths, manifests):
+            _check_shards(p, manifest, t, widths[t])
+
+    # Row-numbered tables are read whole (their variables hold them whole anyway) to check that
+    # every local row is there; keyed tables are streamed while they are assigned, below.
     prepared = []
     for t, var in enumerate(variables):
-        meta = manifests[0]["tables"][t]
-        slots = len(meta["slots"]) if optimizer is not None else 0
-        width = meta["dim"] * (1 + slots)
+        if var.keyed:
+            prepared.append(None)
+            continue
+        width, meta = widths[t], manifests[0]["tables"][t]
         ids, rows = _owned_rows(paths[0], manifests[0], t, var, width, communicator)
-        if not var.keyed:  # row numbers: every local row once, increments overwrite rows
-            local_rows = int(var.shape[0])
-            local = var.local_ids(ids, communicator.num_ranks)
-            if len(local) != local_rows or set(local.tolist()) != set(range(local_rows)):
-                raise CheckpointError(
-                    f"{paths[0]}: table '{meta['name']}' has {len(local)} "
-                    f"rows for this rank's {local_rows}"
-                )
-            order = np.argsort(local)
-            ids, rows = ids[order], rows[order]
-            for p, manifest in zip(paths[1:], manifests[1:]):
-                inc_ids, inc_rows = _owned_rows(p, manifest, t, var, width, communicator)
-                rows[var.local_ids(inc_ids, communicator.num_ranks)] = inc_rows
-        else:  # keys: the union of the chain
-            parts_ids, parts_rows = [ids], [rows]
-            for p, manifest in zip(paths[1:], manifests[1:]):
-                inc_ids, inc_rows = _owned_rows(p, manifest, t, var, width, communicator)
-                parts_ids.append(inc_ids)
-                parts_rows.append(inc_rows)
-            all_ids, all_rows = np.concatenate(parts_ids), np.concatenate(parts_rows)
-            # The latest dump of a key wins: unique over the reversed order keeps the last.
-            _, last = np.unique(all_ids[::-1], return_index=True)
-            keep = len(all_ids) - 1 - last
-            ids, rows = all_ids[keep], all_rows[keep]
-        prepared.append((var, ids, rows))
+        local_rows = int(var.shape[0])
+        local = var.local_ids(ids, communicator.num_ranks)
+        if len(local) != local_rows or set(local.tolist()) != set(range(local_rows)):
+            raise CheckpointError(
+                f"{paths[0]}: table '{meta['name']}' has {len(local)} "
+                f"rows for this rank's {local_rows}"
+            )
+        order = np.argsort(local)
+        ids, rows = ids[order], rows[order]
+        for p, manifest in zip(paths[1:], manifests[1:]):  # increments overwrite rows
+            inc_ids, inc_rows = _owned_rows(p, manifest, t, var, width, communicator)
+            rows[var.local_ids(inc_ids, communicator.num_ranks)] = inc_rows
+        prepared.append([(ids, rows)])
 
-    # Everything is read and checked: now assign.
+    # Everything is checked: now assign, streaming keyed tables' files a piece at a time.
     iterations = manifests[-1].get("iterations")
-    for var, ids, rows in prepared:
-        var.checkpoint_restore(ids, rows, optimizer, iterations)
+    for t, var in enumerate(variables):
+        pieces = prepared[t]
+        if pieces is None:
+            pieces = _chain_pieces(paths, manifests, t, var, widths[t], communicator)
+        var.checkpoint_restore(pieces, optimizer, iterations)
     if step_counter is not None and iterations is not None:
         step_counter.assign(iterations)

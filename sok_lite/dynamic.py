@@ -729,21 +729,25 @@ class DynamicVariable(BaseResourceVariable, TableKind):
                 yield keys.numpy(), rows.numpy()
             first = False
 
-    def checkpoint_restore(self, ids, rows, optimizer, step) -> None:
+    def checkpoint_restore(self, pieces, optimizer, step) -> None:
         dynamic_ops.clear(self.handle)
         # With slots, assign lays them out in the table first (see SokLiteDynamicAssign), from
         # the optimizer's initial values: a key first seen after the restore starts its slots
         # there, as it would have without the restore.
         with_slots = optimizer is not None and bool(rule_for(optimizer).slots)
         fills = [fill for _, fill in rule_for(optimizer).slots] if with_slots else []
+        width = self._dimension * (1 + len(fills))
         label = f"dynamic table '{self._label}'"
         step = -1 if step is None else step
-        # In pieces: a tiered table spills between them instead of taking one huge tensor.
-        for start in range(0, max(len(ids), 1), RESTORE_ROWS):
-            piece = slice(start, start + RESTORE_ROWS)
-            keys = tf.cast(tf.constant(ids[piece]), tf.int64)
-            values = tf.constant(rows[piece], tf.float32)
-            dynamic_ops.assign(self.handle, keys, values, with_slots, step, label, fills)
+        # One empty assign first: it lays the slots out even when there are no rows.
+        pieces = itertools.chain([(np.zeros([0], np.int64), np.zeros([0, width]))], pieces)
+        # A piece at a time: a tiered table spills between them, and the rows are never whole.
+        for ids, rows in pieces:
+            for start in range(0, max(len(ids), 1), RESTORE_ROWS):
+                piece = slice(start, start + RESTORE_ROWS)
+                keys = tf.cast(tf.constant(ids[piece]), tf.int64)
+                values = tf.constant(rows[piece], tf.float32)
+                dynamic_ops.assign(self.handle, keys, values, with_slots, step, label, fills)
 
     def export_rows(self):
         return self.export()

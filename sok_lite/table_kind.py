@@ -10,7 +10,7 @@ sok_lite.key_hash, as the kernels state it in kernels/core/cpu_gpu_rules.h.
 """
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -123,9 +123,14 @@ class TableKind(abc.ABC):
         time; with since_step, only rows that optimizer steps after it changed."""
 
     @abc.abstractmethod
-    def checkpoint_restore(self, ids: np.ndarray, rows: np.ndarray, optimizer, step) -> None:
-        """Stores the rows (value, then each slot when an optimizer is given) of global ids
-        this rank owns; step: the optimizer step the rows count as changed at (None: unknown)."""
+    def checkpoint_restore(
+        self, pieces: Iterable[tuple[np.ndarray, np.ndarray]], optimizer, step
+    ) -> None:
+        """Replaces this rank's rows by those of `pieces`, (global ids [n], rows [n, dim * (1 +
+        slots)]) this rank owns, value then each slot when an optimizer is given. A keyed table
+        stores the pieces as they come (a later row of a key replaces an earlier one) without
+        holding them all; a row-numbered one gets every local row. step: the optimizer step the
+        rows count as changed at (None: unknown)."""
 
     @abc.abstractmethod
     def export_rows(self) -> tuple[tf.Tensor, tf.Tensor]:

@@ -343,8 +343,11 @@ class Variable(ResourceVariable, TableKind):
             parts += [tf.cast(s.sparse_read(idx), parts[0].dtype) for s in slots]  # bf16: exact
             yield held[idx.numpy()], np.concatenate([p.numpy() for p in parts], axis=1)
 
-    def checkpoint_restore(self, ids, rows, optimizer, step) -> None:
+    def checkpoint_restore(self, pieces, optimizer, step) -> None:
         # Every local row is given (checkpoint.load checks it), in local order.
+        pieces = list(pieces)
+        ids = np.concatenate([i for i, _ in pieces])
+        rows = np.concatenate([r for _, r in pieces])
         dim = int(self.shape[1])
         rows = rows[np.argsort(self.local_ids(ids, comm.current().num_ranks))]
         self.assign(tf.cast(rows[:, :dim], self.dtype))  # a float32 dump into 16 bits: rounds

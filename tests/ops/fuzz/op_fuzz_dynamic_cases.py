@@ -1,4 +1,7 @@
-"""Fuzz programs for the dynamic (hash) table ops: one table, then a few calls on it."""
+"""Fuzz programs for the dynamic (hash) table ops: one table, then a few calls on it; and the
+same programs on a table with a disk tier, held to the all-RAM table's results."""
+
+import dataclasses
 
 import numpy as np
 from hypothesis import strategies as st
@@ -23,14 +26,16 @@ from tests.ops.fuzz.op_fuzz_cases import (
     sizes,
     valid_row_splits,
 )
+from tests.ops.fuzz.op_fuzz_worker import FRESH_DIR
 
 STEPS_VALUES = st.sampled_from([3, 0, -1, INT64_MIN, INT64_MAX])
+DIMS = st.integers(1, 3)
 KEYS = st.one_of(st.integers(-3, 6), st.sampled_from([INT64_MIN, INT64_MAX, -1, 2**31, 2**40]))
 
 
-def table_spec(draw) -> dict:
+def table_spec(draw, dims=DIMS) -> dict:
     """A SokLiteDynamicTable resource spec with mostly sane, sometimes odd, attrs."""
-    dim = draw(st.integers(1, 3))
+    dim = draw(dims)
     if rare(draw, 12):
         dim = draw(st.sampled_from([2**40, INT64_MAX]))
     kind = draw(
@@ -209,9 +214,14 @@ STEPS += [_export_range, _memory_stats]
 @st.composite
 def dynamic_program(draw) -> list[Case]:
     """A table spec, then 1 to 6 calls on it (rarely on a variable handle instead)."""
-    table = table_spec(draw)
+    return _table_program(draw, DIMS)[1]
+
+
+def _table_program(draw, dims, steps=STEPS, calls=(1, 6)) -> tuple[dict, list[Case]]:
+    """(table spec, program) of dynamic_program."""
+    table = table_spec(draw, dims)
     program = []
-    for step in draw(st.lists(st.sampled_from(STEPS), min_size=1, max_size=6)):
+    for step in draw(st.lists(st.sampled_from(steps), min_size=calls[0], max_size=calls[1])):
         handle = table
         if rare(draw, 16):
             handle = {"resource": "variable", "shape": [2, 2], "dtype": "float32", "fill": 0.0}
@@ -219,4 +229,116 @@ def dynamic_program(draw) -> list[Case]:
         if handle is not table or table["init_kind"] == "bogus":
             case.invalid = case.invalid or "not a usable hash table"
         program.append(case)
-    return program
+    return table, program
+
+
+# ----------------------------------------------------------------------------- disk tier
+
+# About what the disk tier charges to ram_budget (kernels/core/hash_table_tier.cc): per row in
+# RAM its record and ~83 bytes of bookkeeping and hash slot; per row on disk up to ~82 bytes of
+# index. Nothing depends on the exact figures: a budget off by a little spills a little sooner
+# or later, and a call it cannot hold is refused, which the comparison expects.
+RAM_ROW_BYTES = 83
+DISK_INDEX_BYTES = 82
+# Wider rows too: a row of a few floats costs about what its disk index does, so a budget that
+# holds a batch would rarely spill them.
+TIERED_DIMS = st.sampled_from([1, 2, 3, 8, 16])
+# More calls, and more of those that store rows: programs that outgrow the budget.
+TIERED_STEPS = STEPS + [_lookup, _lookup, _lookup_combine, _lookup_combine, _assign, _apply]
+
+
+def tier_budget(dim: int, storage_dtype: str, slots: int, ram_rows: int, disk_rows: int) -> int:
+    """ram_budget for ram_rows rows in RAM (values and `slots` slots) beside disk_rows on disk."""
+    value_words = dim if storage_dtype == "float32" else (dim + 1) // 2
+    record = 4 * (value_words + dim * slots)
+    return min(ram_rows * (record + RAM_ROW_BYTES) + disk_rows * DISK_INDEX_BYTES, 2**62)
+
+
+def _program_keys(program: list[Case]) -> tuple[int, int]:
+    """(distinct keys that calls not known to be malformed may store, the most one call
+    needs in RAM at once). Optimizer steps need their rows but store none; an assign stores
+    one row at a time."""
+    stored, batch = set(), 1
+    for c in program:
+        keys = c.kwargs.get("keys", c.kwargs.get("ids"))
+        if keys is None or c.invalid:
+            continue
+        keys = set(np.ravel(keys).tolist())
+        if c.op != "sok_lite_dynamic_apply":
+            stored |= keys
+        if c.op != "sok_lite_dynamic_assign":
+            batch = max(batch, len(keys))
+    return len(stored), batch
+
+
+def _program_slots(program: list[Case], dim: int) -> int:
+    """The most slots the program's calls may lay out in the table."""
+    slots = [len(c.kwargs["slot_init"]) for c in program if "slot_init" in c.kwargs]
+    for c in program:
+        values = c.kwargs.get("values")
+        if c.op == "sok_lite_dynamic_assign" and c.kwargs["with_slots"] and dim:
+            width = values.shape[1] if isinstance(values, np.ndarray) else values["zeros"][1]
+            slots.append(width // dim - 1)
+    return max([0, *slots])
+
+
+@dataclasses.dataclass
+class TieredProgram:
+    """A program on a table with a disk tier and, when their results must agree, the same
+    program on an all-RAM table (its oracle)."""
+
+    tiered: list[Case]
+    oracle: list[Case] | None
+
+
+def _on_table(program: list[Case], old: dict, new: dict) -> list[Case]:
+    return [
+        dataclasses.replace(c, kwargs=c.kwargs | {"table": new}) if c.kwargs["table"] is old else c
+        for c in program
+    ]
+
+
+@st.composite
+def tiered_program(draw) -> TieredProgram:
+    """A dynamic program on a table whose disk tier holds a few rows' worth in RAM, so that rows
+    spill and come back; the oracle runs it on the same table without the tier.
+
+    The budget holds between one row and a few more than the program's largest call needs, plus
+    the disk index of some of its keys: a call that needs more rows in RAM than the budget allows
+    may fail with "raise ram_budget", after which the two tables differ.
+    """
+    table, program = _table_program(draw, TIERED_DIMS, TIERED_STEPS, calls=(3, 8))
+    stored, batch = _program_keys(program)
+    dim = min(table["dim"], MAX_WIDTH)
+    slots = _program_slots(program, dim)
+    # RAM for the largest call (rarely less) and fewer than all rows; an index for some of the
+    # rest (rows of a few floats take about as much RAM as their index on disk).
+    ram_rows = draw(st.integers(batch, max(batch, stored - 1)))
+    if rare(draw):
+        ram_rows = draw(st.integers(1, batch))
+    disk_rows = draw(st.integers(0, max(0, stored - ram_rows)))
+    budget = tier_budget(dim, table["storage_dtype"], slots, ram_rows, disk_rows)
+    ram = table | {"capacity": 0}
+    if table["min_count"] < 1 and not rare(draw):
+        ram["min_count"] = 1  # more tables that take rows
+    tiered = ram | {"tier_path": FRESH_DIR, "ram_budget": budget}
+    oracle = _on_table(program, table, ram)
+    # A capacity (which drops rows; < 1: none) or a budget < 1 byte: the disk tier must refuse
+    # the table.
+    if rare(draw, 16):
+        tiered["capacity"] = draw(st.sampled_from([4, 1, 2**62]))
+    elif rare(draw, 16):
+        tiered["ram_budget"] = draw(st.sampled_from([0, -1, INT64_MIN]))
+    program = _on_table(program, table, tiered)
+    # Both end by exporting every row with its slots: the tables must agree row for row.
+    final = {"table": None, "since_step": np.array(INT64_MIN, np.int64), "with_slots": True}
+    program.append(Case("sok_lite_dynamic_export", final | {"table": tiered}))
+    program.append(Case("sok_lite_dynamic_memory_stats", {"table": tiered}))
+    oracle.append(Case("sok_lite_dynamic_export", final | {"table": ram}))
+    oracle.append(Case("sok_lite_dynamic_memory_stats", {"table": ram}))
+    if tiered["capacity"] > 0 or tiered["ram_budget"] < 1:
+        for case in program:
+            if case.kwargs["table"] is tiered:
+                case.invalid = case.invalid or "a disk tier with a capacity or no budget"
+        return TieredProgram(program, None)
+    return TieredProgram(program, oracle)

@@ -8,6 +8,7 @@ A call is `{"op": "sok_lite_...", "kwargs": {...}, "graph": bool}`. In kwargs, a
 becomes a constant tensor, {"zeros": shape, "dtype": dtype} a tensor of zeros (NumPy cannot
 hold [0, 2**63 - 1]), a dict with a "resource" key a resource handle (see
 `_resolve_resource`), a list is converted item by item and anything else is passed as is (attrs).
+A table's tier_path of FRESH_DIR becomes a new directory, removed when the program ends.
 """
 
 import importlib.util
@@ -15,6 +16,7 @@ import inspect
 import os
 import pickle
 import select
+import shutil
 import signal
 import struct
 import subprocess
@@ -24,6 +26,7 @@ import time
 from pathlib import Path
 
 _HEADER = struct.Struct("<Q")
+FRESH_DIR = "<fresh directory>"
 _START_TIMEOUT_S = 120.0
 
 
@@ -158,8 +161,15 @@ class _Program:
     def __init__(self, tf, lib):
         self.tf, self.lib = tf, lib
         self.resources = {}
+        self.dirs = []
         _Program.serial += 1
         self.prefix = f"fuzz{os.getpid()}_{_Program.serial}_"
+
+    def close(self) -> None:
+        # A table's tier file stays open with the table (resources outlive the program); on
+        # Linux its space is freed once the process ends.
+        for d in self.dirs:
+            shutil.rmtree(d, ignore_errors=True)
 
     def convert(self, value):
         tf = self.tf
@@ -196,6 +206,9 @@ class _Program:
             )
             return handle, None
         attrs = {k: v for k, v in spec.items() if k not in ("resource", "name")}
+        if attrs.get("tier_path") == FRESH_DIR:
+            attrs["tier_path"] = tempfile.mkdtemp(prefix="sok_lite_fuzz_tier_")
+            self.dirs.append(attrs["tier_path"])
         handle = self.lib.sok_lite_dynamic_table(shared_name=self.prefix + spec["name"], **attrs)
         return handle, None
 
@@ -236,12 +249,18 @@ def _run_call(np, tf, lib, program, call) -> dict:
             result = fn(**kwargs)
         return {"status": "ok", "outputs": _summarize(np, tf, result)}
     except (tf.errors.OpError, TypeError, ValueError) as e:
-        return {"status": "raised", "type": type(e).__name__, "message": str(e)[:600]}
+        return {"status": "raised", "type": type(e).__name__, "message": _shorten(str(e))}
     except Exception as e:  # noqa: BLE001 - any other exception is a finding, reported as such
         # Except one: TF's graph builder (op_def_library) rejects a captured tensor of the wrong
         # dtype with `assert False, "Unreachable"` instead of a TypeError, whatever the op.
         status = "raised" if isinstance(e, AssertionError) and str(e) == "Unreachable" else ""
-        return {"status": status or "unexpected", "type": type(e).__name__, "message": str(e)[:600]}
+        status = status or "unexpected"
+        return {"status": status, "type": type(e).__name__, "message": _shorten(str(e))}
+
+
+def _shorten(message: str) -> str:
+    # Inside a tf.function, the kernel's message follows a Python stack: keep both ends.
+    return message if len(message) <= 1000 else f"{message[:300]} [...] {message[-600:]}"
 
 
 def _child_main() -> None:
@@ -261,7 +280,9 @@ def _child_main() -> None:
         except EOFError:
             return
         program = _Program(tf, lib)
-        _write_frame(out_fd, [_run_call(np, tf, lib, program, call) for call in calls])
+        results = [_run_call(np, tf, lib, program, call) for call in calls]
+        program.close()
+        _write_frame(out_fd, results)
 
 
 if __name__ == "__main__":
