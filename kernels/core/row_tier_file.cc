@@ -59,7 +59,9 @@ RowTierFile::RowTierFile(std::string path, int fd, int64_t stride, int64_t segme
       stride_(stride),
       record_bytes_((kHeaderBytes + stride * sizeof(float) + 7) / 8 * 8),
       segment_bytes_(segment_bytes),
-      segment_records_(std::max<int64_t>(segment_bytes / record_bytes_, 1)),
+      // At most 8,192 records: narrow rows need no longer writes, and the budget charges the
+      // slots of a few segments whatever the table's size.
+      segment_records_(std::clamp<int64_t>(segment_bytes / record_bytes_, 1, 8192)),
       label_(std::move(label)) {
   index_.assign(16, Entry{0, kEmpty});
 }
@@ -163,6 +165,7 @@ uint64_t RowTierFile::Checksum(const char* record) const {
   for (; w < words; ++w) {
     uint64_t word;
     std::memcpy(&word, record + w * 8, 8);
+    if (w == kSkip) word = 0;  // records of up to 7 words end past the checksum
     h[0] = (h[0] ^ (word + w)) * kMul;
   }
   return SplitMix64Finalizer(h[0] ^ SplitMix64Finalizer(h[1] ^ SplitMix64Finalizer(h[2] ^ h[3])));

@@ -2,12 +2,13 @@
 // records (bookkeeping, checksum, floats) in one file, found through a compact in-RAM index
 // key -> record slot (12 bytes an entry: the bookkeeping stays in the records).
 //
-// The file is log-structured: it is cut into segments of ~1 MiB, and new records are appended to
-// the open segment, so a spill goes out as long sequential writes (writing records into scattered
-// free slots costs the page cache ~10x more per record). A row read back leaves a dead record;
-// segments with no live record are reused whole, and when dead records outnumber live ones the
-// segments with the fewest live records are cleaned (their live records appended anew). The file
-// therefore stays under twice its live records plus a few segments.
+// The file is log-structured: it is cut into segments of ~1 MiB (at most 8,192 records), and new
+// records are appended to the open segment, so a spill goes out as long sequential writes
+// (writing records into scattered free slots costs the page cache ~10x more per record). A row
+// read back leaves a dead record; segments with no live record are reused whole, and when dead
+// records outnumber live ones the segments with the fewest live records are cleaned (their live
+// records appended anew). The file therefore stays under twice its live records plus a few
+// segments.
 //
 // Reads and writes go in batches sorted by file offset. The file is a cache, not a checkpoint: it
 // is truncated when opened. TF-free; the caller serializes access.

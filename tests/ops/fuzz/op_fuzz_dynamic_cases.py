@@ -234,12 +234,24 @@ def _table_program(draw, dims, steps=STEPS, calls=(1, 6)) -> tuple[dict, list[Ca
 
 # ----------------------------------------------------------------------------- disk tier
 
-# About what the disk tier charges to ram_budget (kernels/core/hash_table_tier.cc): per row in
-# RAM its record and ~83 bytes of bookkeeping and hash slot; per row on disk up to ~82 bytes of
-# index. Nothing depends on the exact figures: a budget off by a little spills a little sooner
-# or later, and a call it cannot hold is refused, which the comparison expects.
+# About what the disk tier charges to ram_budget (kernels/core/hash_table_tier.cc and
+# row_tier_file.cc): per row in RAM its record and ~83 bytes of bookkeeping and hash slot; for the
+# disk index, the size it reaches with every row of the table on disk (12-byte entries, a bit
+# per record slot of a file up to twice its rows plus three ~1 MiB segments). Nothing depends on
+# the exact figures: a budget off by a little spills a little sooner or later, and a call it
+# cannot hold is refused, which the comparison expects.
 RAM_ROW_BYTES = 83
-DISK_INDEX_BYTES = 82
+
+
+def disk_index_bytes(rows: int, record_bytes: int) -> int:
+    capacity = 16
+    while rows * 4 > capacity * 3:
+        capacity *= 2
+    segment = min(max((1 << 20) // record_bytes, 1), 8192)
+    slots = 2 * rows + 3 * segment
+    return capacity * 12 + slots // 8 + 8 * (slots // segment + 1)
+
+
 # Wider rows too: a row of a few floats costs about what its disk index does, so a budget that
 # holds a batch would rarely spill them.
 TIERED_DIMS = st.sampled_from([1, 2, 3, 8, 16])
@@ -251,7 +263,9 @@ def tier_budget(dim: int, storage_dtype: str, slots: int, ram_rows: int, disk_ro
     """ram_budget for ram_rows rows in RAM (values and `slots` slots) beside disk_rows on disk."""
     value_words = dim if storage_dtype == "float32" else (dim + 1) // 2
     record = 4 * (value_words + dim * slots)
-    return min(ram_rows * (record + RAM_ROW_BYTES) + disk_rows * DISK_INDEX_BYTES, 2**62)
+    on_disk = (40 + record + 7) // 8 * 8  # bookkeeping and checksum, then the floats
+    index = disk_index_bytes(ram_rows + disk_rows, on_disk)
+    return min(ram_rows * (record + RAM_ROW_BYTES) + index, 2**62)
 
 
 def _program_keys(program: list[Case]) -> tuple[int, int]:
