@@ -36,6 +36,12 @@ HASH_INDEX_SLOT_BYTES = 16
 HASH_MIN_INDEX_SLOTS = 16
 # kernels/core/hash_table.cc: an insert grows the index when it would pass 3/4 full.
 HASH_MAX_LOAD = (3, 4)
+# kernels/core/row_tier_file.*: a record on disk is the bookkeeping and a checksum, then the
+# row's floats, padded to 8 bytes; files are cut into segments of ~1 MiB, at most 8,192 records.
+TIER_HEADER_BYTES = HASH_ROW_META_BYTES + 8
+TIER_INDEX_ENTRY_BYTES = 12
+TIER_SEGMENT_BYTES = 1 << 20
+TIER_SEGMENT_MAX_RECORDS = 8192
 
 
 # Slots per optimizer name, as the row-wise kernels lay them out with the optimizer's defaults
@@ -121,6 +127,37 @@ def hash_table_bytes(rows: int, dim: int, slots: int) -> int:
         + math.ceil(rows / 8)
         + hash_index_slots(rows) * HASH_INDEX_SLOT_BYTES
     )
+
+
+def tier_record_bytes(row_bytes: int) -> int:
+    """Bytes of one disk-tier record holding a row of row_bytes (value and slots)."""
+    return (TIER_HEADER_BYTES + row_bytes + 7) // 8 * 8
+
+
+def tier_index_bytes(rows: int, record_bytes: int) -> int:
+    """What a disk tier charges to its table's ram_budget for its index: the size it reaches with
+    all `rows` of the table on disk (12-byte entries at load <= 3/4, a bit per record slot of a
+    file up to twice its rows plus three segments, two ints per segment), as
+    RowTierFile::IndexBytesFor."""
+    capacity = hash_index_slots(rows)
+    segment = min(max(TIER_SEGMENT_BYTES // record_bytes, 1), TIER_SEGMENT_MAX_RECORDS)
+    slots = 2 * rows + 3 * segment
+    return capacity * TIER_INDEX_ENTRY_BYTES + slots // 8 + 8 * (slots // segment + 1)
+
+
+def tier_ram_rows(budget: int, stride: int) -> int:
+    """The most rows of `stride` floats a tiered table keeps in RAM within `budget` bytes: each
+    with its bookkeeping, a bit and a free-list entry, and a hash index at load <= 3/4, as
+    HashTable::RamRowLimit."""
+    per_row = stride * 4 + HASH_ROW_META_BYTES + 1 + 8
+    lo, hi = 0, max(budget // per_row, 0)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if mid * per_row + hash_index_slots(mid) * HASH_INDEX_SLOT_BYTES <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def hash_record_bytes(dim: int, slots: int) -> float:
@@ -220,12 +257,13 @@ def _plan_table(spec, label: str, slots: int, trained: bool, rank: int, num_rank
         per_row = hash_record_bytes(spec.dim, slots)
     budget = parse_bytes(spec.ram_budget)
     rows_ram, bytes_ram = rows, full
+    record = tier_record_bytes(spec.dim * (1 + slots) * 4)
     if budget is not None and full > budget:
-        # RAM holds what the budget allows; the rest lives on disk as whole records.
-        rows_ram = int(budget // per_row)
+        # RAM holds what the budget allows beside the disk index; the rest lives on disk as
+        # whole records.
+        rows_ram = tier_ram_rows(budget - tier_index_bytes(rows, record), spec.dim * (1 + slots))
         bytes_ram = budget
     rows_disk = rows - rows_ram
-    record = 8 + spec.dim * (1 + slots) * 4 + HASH_ROW_META_BYTES  # key, row + slots, meta
     return {
         "name": label,
         "kind": spec.kind,

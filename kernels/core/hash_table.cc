@@ -38,9 +38,11 @@ float* HashTable::Find(int64_t key) {
   return s < 0 ? nullptr : RowPtr(slots_[s].row);
 }
 
-void HashTable::Grow() {
+void HashTable::Grow() { Rehash(slots_.size() * 2); }
+
+void HashTable::Rehash(int64_t capacity) {
   std::vector<Slot> old = std::move(slots_);
-  slots_.assign(old.size() * 2, Slot{0, -1});
+  slots_.assign(capacity, Slot{0, -1});
   const uint64_t mask = slots_.size() - 1;
   for (const Slot& entry : old) {
     if (entry.row < 0) continue;

@@ -243,6 +243,7 @@ class HashTable {
                           int64_t step);
   void Erase(int64_t key);
   void Grow();
+  void Rehash(int64_t capacity);  // re-indexes every row into `capacity` (a power of two) slots
   int64_t value_words() const { return config_.half_values ? (config_.dim + 1) / 2 : config_.dim; }
   float* SlotPtr(float* record, int s) const { return record + value_words() + s * config_.dim; }
   void InitRecord(int64_t key, float* record) const;  // initializer's value, slots' fills

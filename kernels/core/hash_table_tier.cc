@@ -10,9 +10,9 @@
 namespace sok_lite {
 namespace {
 
-// RAM per RAM row besides its floats: bookkeeping, the hash slot at the lowest load factor
-// (3/8 after a doubling), a row_used_ bit rounded up and a free-list entry.
-constexpr int64_t kRamRowOverhead = sizeof(RowMeta) + 16 * 8 / 3 + 1 + sizeof(int64_t);
+// RAM per RAM row besides its floats and its hash slot: bookkeeping, a row_used_ bit rounded up
+// and a free-list entry.
+constexpr int64_t kRamRowOverhead = sizeof(RowMeta) + 1 + sizeof(int64_t);
 
 }  // namespace
 
@@ -30,9 +30,17 @@ std::string HashTable::AttachTier() {
 int64_t HashTable::RamRowLimit() const {
   const int64_t per_row = stride() * static_cast<int64_t>(sizeof(float)) + kRamRowOverhead;
   // The disk index is charged as if every row were on disk: it only grows (by doubling), and
-  // rows move to disk at any time.
+  // rows move to disk at any time. The RAM hash index is charged at its size, doubled as many
+  // times as the rows allowed would make it grow (it grows when 3/4 full).
   const int64_t left = config_.ram_budget - tier_->IndexBytesFor(size());
-  return std::max<int64_t>(left, 0) / per_row;
+  int64_t index = slots_.size() * sizeof(Slot);
+  while (true) {
+    const int64_t holds = index / static_cast<int64_t>(sizeof(Slot)) * 3 / 4;
+    const int64_t fits = std::max<int64_t>(left - index, 0) / per_row;
+    if (fits <= holds) return fits;
+    if (std::max<int64_t>(left - 2 * index, 0) / per_row <= holds) return holds;
+    index *= 2;
+  }
 }
 
 std::vector<int64_t> HashTable::MemoryStats() const {
@@ -92,6 +100,12 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
   // outgrow what the budget allows (after the rows widened, or the disk index grew).
   const int64_t chunks_allowed = (limit + kChunkRows - 1) / kChunkRows + 1;
   if (static_cast<int64_t>(chunks_.size()) > chunks_allowed) CompactRows();
+  // A hash index sized for the rows RAM held before the disk index grew takes budget from rows:
+  // shrink it to what the rows the budget allows need (RamRowLimit never lets it grow back
+  // unless the budget holds the grown index).
+  int64_t capacity = 16;
+  while (std::max(limit, size_) * 4 > capacity * 3) capacity *= 2;
+  if (capacity < static_cast<int64_t>(slots_.size())) Rehash(capacity);
   return "";
 }
 

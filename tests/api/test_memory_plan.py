@@ -84,6 +84,25 @@ def test_ram_budget_bounds_ram_and_sends_the_rest_to_disk():
     assert roomy["rows_disk"] == 0 and roomy["bytes_ram"] < 2**40
 
 
+def test_planned_ram_rows_of_a_tiered_table_match_the_table(tmp_path):
+    # The plan charges the disk index as the C++ table does: the rows it puts in RAM are those a
+    # tiered table of the same size keeps (a spill moves 1/16 of them at once).
+    rows, dim, budget = 20_000, 16, "1MiB"
+    spec = {"rows": rows, "dim": dim, "kind": "hash", "ram_budget": budget}
+    planned = sok.plan_memory([spec], None)[0]
+    table = sok.DynamicVariable(dim, name="planned", storage=sok.storage.Disk(tmp_path, budget))
+    for start in range(0, rows, 500):
+        ids = tf.RaggedTensor.from_tensor(
+            tf.reshape(tf.range(start, start + 500, dtype=tf.int64), [-1, 1])
+        )
+        sok.lookup_sparse(table, ids)
+    stats = table.memory_stats()
+    assert stats["rows_ram"] + stats["rows_disk"] == rows
+    assert planned["rows_ram"] * 14 // 16 <= stats["rows_ram"] <= planned["rows_ram"] * 17 // 16
+    chunk = 1024 * dim * 4  # rows are allocated 1,024 at a time
+    assert stats["bytes_ram"] <= planned["bytes_ram"] + chunk, (planned, stats)
+
+
 @pytest.mark.parametrize(
     "name, optimizer",
     [

@@ -41,8 +41,9 @@ with strategy.scope() if strategy else contextlib.nullcontext():
     communicator = sok.init()  # "auto": the strategy in scope
     assert (type(communicator).__name__ == "StrategyCommunicator") == (strategy is not None)
     static = sok.Variable(shape=[ROWS, DIM], initializer="random_normal", name="static")
-    # ~2 KB: about 20 rows in RAM per replica, fewer once Adagrad's slot widens them.
-    storage = sok.storage.Disk(out_dir / "tier", ram_budget=2048) if tiered else None
+    # ~4.5 KB: the disk index's fixed ~3.5 KB (a bit per slot of a few segments) and about ten
+    # rows in RAM per replica, of the ~24 each one stores.
+    storage = sok.storage.Disk(out_dir / "tier", ram_budget=4608) if tiered else None
     dynamic = sok.DynamicVariable(
         DIM, initializer="random_uniform", name="dynamic", storage=storage
     )

@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 from hypothesis import strategies as st
 
+from sok_lite.memory import tier_index_bytes, tier_record_bytes
 from tests.ops.fuzz.op_fuzz_cases import (
     INT64_MAX,
     INT64_MIN,
@@ -234,22 +235,12 @@ def _table_program(draw, dims, steps=STEPS, calls=(1, 6)) -> tuple[dict, list[Ca
 
 # ----------------------------------------------------------------------------- disk tier
 
-# About what the disk tier charges to ram_budget (kernels/core/hash_table_tier.cc and
-# row_tier_file.cc): per row in RAM its record and ~83 bytes of bookkeeping and hash slot; for the
-# disk index, the size it reaches with every row of the table on disk (12-byte entries, a bit
-# per record slot of a file up to twice its rows plus three ~1 MiB segments). Nothing depends on
-# the exact figures: a budget off by a little spills a little sooner or later, and a call it
-# cannot hold is refused, which the comparison expects.
+# About what the disk tier charges to ram_budget (kernels/core/hash_table_tier.cc): per row in
+# RAM its record and ~83 bytes of bookkeeping and hash slot, and the disk index as
+# sok_lite.memory.tier_index_bytes. Nothing depends on the exact figures: a budget off by a
+# little spills a little sooner or later, and a call it cannot hold is refused, which the
+# comparison expects.
 RAM_ROW_BYTES = 83
-
-
-def disk_index_bytes(rows: int, record_bytes: int) -> int:
-    capacity = 16
-    while rows * 4 > capacity * 3:
-        capacity *= 2
-    segment = min(max((1 << 20) // record_bytes, 1), 8192)
-    slots = 2 * rows + 3 * segment
-    return capacity * 12 + slots // 8 + 8 * (slots // segment + 1)
 
 
 # Wider rows too: a row of a few floats costs about what its disk index does, so a budget that
@@ -263,8 +254,7 @@ def tier_budget(dim: int, storage_dtype: str, slots: int, ram_rows: int, disk_ro
     """ram_budget for ram_rows rows in RAM (values and `slots` slots) beside disk_rows on disk."""
     value_words = dim if storage_dtype == "float32" else (dim + 1) // 2
     record = 4 * (value_words + dim * slots)
-    on_disk = (40 + record + 7) // 8 * 8  # bookkeeping and checksum, then the floats
-    index = disk_index_bytes(ram_rows + disk_rows, on_disk)
+    index = tier_index_bytes(ram_rows + disk_rows, tier_record_bytes(record))
     return min(ram_rows * (record + RAM_ROW_BYTES) + index, 2**62)
 
 
