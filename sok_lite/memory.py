@@ -160,12 +160,6 @@ def tier_ram_rows(budget: int, stride: int) -> int:
     return lo
 
 
-def hash_record_bytes(dim: int, slots: int) -> float:
-    """Bytes per stored row of a large hash table, the index at its fullest (load 3/4)."""
-    num, den = HASH_MAX_LOAD
-    return dim * (1 + slots) * 4 + HASH_ROW_META_BYTES + 1 / 8 + HASH_INDEX_SLOT_BYTES * den / num
-
-
 def static_table_bytes(rows: int, dim: int, dtype, slots: int, trained: bool = True) -> int:
     """Bytes of `rows` rows of a sok.Variable in `dtype` with `slots` optimizer slots;
     trained: with the int64 per row in which the row-wise kernels record the last step that
@@ -254,14 +248,17 @@ def _plan_table(spec, label: str, slots: int, trained: bool, rank: int, num_rank
         per_row = full / rows if rows else 0.0
     else:
         full = hash_table_bytes(rows, spec.dim, slots)
-        per_row = hash_record_bytes(spec.dim, slots)
     budget = parse_bytes(spec.ram_budget)
     rows_ram, bytes_ram = rows, full
     record = tier_record_bytes(spec.dim * (1 + slots) * 4)
     if budget is not None and full > budget:
         # RAM holds what the budget allows beside the disk index; the rest lives on disk as
         # whole records.
-        rows_ram = tier_ram_rows(budget - tier_index_bytes(rows, record), spec.dim * (1 + slots))
+        if spec.kind == "static":
+            rows_ram = int(budget // per_row)
+        else:
+            left = budget - tier_index_bytes(rows, record)
+            rows_ram = tier_ram_rows(left, spec.dim * (1 + slots))
         bytes_ram = budget
     rows_disk = rows - rows_ram
     return {
