@@ -242,10 +242,7 @@ std::string HashTable::AssignPiece(const int64_t* keys, int64_t n, const float* 
     // Rows on disk come back (their slots stay when only the value is assigned) and room for the
     // new keys is made, before any value changes. Rows assigned in this lookup step may go to
     // disk (a restore larger than the budget).
-    const Runner serial = [](int64_t total, const std::function<void(int64_t, int64_t)>& fn) {
-      fn(0, total);
-    };
-    std::string problem = FetchFromTier(keys, n, false, serial);
+    std::string problem = FetchFromTier(keys, n, false, RunSerially);
     if (!problem.empty()) return problem;
     std::vector<int64_t> keep, fresh;
     for (int64_t i = 0; i < n; ++i) {
@@ -259,7 +256,7 @@ std::string HashTable::AssignPiece(const int64_t* keys, int64_t n, const float* 
     std::sort(keep.begin(), keep.end());
     std::sort(fresh.begin(), fresh.end());
     fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
-    problem = MakeRoom(fresh.size(), serial, keep, false);
+    problem = MakeRoom(fresh.size(), RunSerially, keep, false);
     if (!problem.empty()) return problem;
   }
   const int64_t width = with_slots ? row_width() : config_.dim;

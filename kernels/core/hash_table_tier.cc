@@ -103,8 +103,7 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
   // A hash index sized for the rows RAM held before the disk index grew takes budget from rows:
   // shrink it to what the rows the budget allows need (RamRowLimit never lets it grow back
   // unless the budget holds the grown index).
-  int64_t capacity = 16;
-  while (std::max(limit, size_) * 4 > capacity * 3) capacity *= 2;
+  const int64_t capacity = IndexCapacityFor(std::max(limit, size_));
   if (capacity < static_cast<int64_t>(slots_.size())) Rehash(capacity);
   return "";
 }

@@ -42,15 +42,11 @@ std::string MakeDirs(const std::string& dir) {
 
 void RunSerially(int64_t n, const std::function<void(int64_t, int64_t)>& fn) { fn(0, n); }
 
-namespace {
-
-int64_t IndexCapacityFor(int64_t rows) {  // the index grows when 3/4 full
+int64_t IndexCapacityFor(int64_t rows) {
   int64_t cap = 16;
   while (rows * 4 > cap * 3) cap *= 2;
   return cap;
 }
-
-}  // namespace
 
 RowTierFile::RowTierFile(std::string path, int fd, int64_t stride, int64_t segment_bytes,
                          std::string label)
@@ -173,9 +169,11 @@ uint64_t RowTierFile::Checksum(const char* record) const {
 
 namespace {
 
-// Spans [first, last) of `at` whose slots are adjacent, each at most kMaxRunBytes.
-std::vector<std::pair<size_t, size_t>> AdjacentSpans(
-    const std::vector<std::pair<int64_t, int64_t>>& at, int64_t record_bytes) {
+// Spans [first, last) of `at` ((slot, anything) sorted by slot) whose slots are adjacent, each at
+// most kMaxRunBytes.
+template <typename T>
+std::vector<std::pair<size_t, size_t>> AdjacentSpans(const std::vector<std::pair<int64_t, T>>& at,
+                                                     int64_t record_bytes) {
   std::vector<std::pair<size_t, size_t>> spans;
   for (size_t i = 0; i < at.size();) {
     size_t j = i + 1;
@@ -214,9 +212,7 @@ class FirstError {
 
 std::string RowTierFile::WriteRecords(const std::vector<std::pair<int64_t, const char*>>& at,
                                       const ParallelRunner& run) {
-  std::vector<std::pair<int64_t, int64_t>> slots(at.size());
-  for (size_t i = 0; i < at.size(); ++i) slots[i] = {at[i].first, 0};
-  const auto spans = AdjacentSpans(slots, record_bytes_);
+  const auto spans = AdjacentSpans(at, record_bytes_);
   FirstError error;
   run(spans.size(), [&](int64_t s0, int64_t s1) {
     std::vector<char> copy;

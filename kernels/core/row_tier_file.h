@@ -29,6 +29,9 @@ using ParallelRunner =
     std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
 // Runs fn(0, n) on the calling thread.
 void RunSerially(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+// The slots an open-addressing index of `rows` keys grows to: a power of two >= 16, at most 3/4
+// full (the table's RAM index and the disk index grow by this rule).
+int64_t IndexCapacityFor(int64_t rows);
 
 // What a table keeps per row besides the floats (HashTable's bookkeeping).
 struct RowMeta {
