@@ -311,10 +311,19 @@ class TableSpec:
         return self.input_dim is None
 
 
+def _initializer_identity(initializer):
+    """The initializer's config without the `shared_object_id` Keras adds when it serializes one
+    object twice inside a saving scope (so that one object compares equal to itself)."""
+    config = serialize_initializer(initializer)
+    if isinstance(config, dict):
+        config = {k: v for k, v in config.items() if k != "shared_object_id"}
+    return config
+
+
 def _same_table(a: FeatureSpec, b: FeatureSpec) -> bool:
     fields = ("input_dim", "output_dim", "mode", "storage_dtype", *HASH_TABLE_DEFAULTS)
     return all(getattr(a, f) == getattr(b, f) for f in fields) and (
-        serialize_initializer(a.initializer) == serialize_initializer(b.initializer)
+        _initializer_identity(a.initializer) == _initializer_identity(b.initializer)
     )
 
 
