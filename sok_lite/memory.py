@@ -5,9 +5,11 @@ rank before they exist (plan_memory), from the layouts the tables actually use:
   for a float64 table) variable of the same rows; once the row-wise kernels step it, one int64
   per row for the step that last changed it (sok_lite/slots.py).
 - sok.DynamicVariable (kernels/core/hash_table.cc): per stored row a record of dim x (1 +
-  slots) float32 in chunks of 1,024 rows, 32 bytes of metadata (key, last lookup, lookup count,
+  slots) float32 (a 16-bit table packs its value two to a float: (dim + 1) / 2 floats, then the
+  float32 slots) in chunks of 1,024 rows, 32 bytes of metadata (key, last lookup, lookup count,
   last update) and a bit of occupancy; the index is a power-of-two array of 16-byte slots kept
-  at load <= 0.75.
+  at load <= 0.75. With a disk tier the budget also pays for the index of the rows on disk,
+  16-32 bytes a key however few rows stay in RAM (tier_index_bytes).
 
 memory_report reads each table's own memory_stats() (a hash table counts its records, indexes
 and tiers in C++).
@@ -17,17 +19,18 @@ import dataclasses
 import math
 import numbers
 import re
+import warnings
 
 import numpy as np
 import tensorflow as tf
 
 from sok_lite import comm
-from sok_lite.dynamic import DynamicVariable
+from sok_lite.dynamic import DYNAMIC_DTYPES, DynamicVariable
 from sok_lite.memory_stats import MEMORY_STATS
 from sok_lite.optimizer_rules import rule_for, unwrap
 from sok_lite.placement import Placement
 from sok_lite.slots import opt_slots, stepped_row_wise
-from sok_lite.table_dtypes import check_table_dtype, row_dtype
+from sok_lite.table_dtypes import HALF_DTYPES, check_table_dtype, row_dtype
 
 # kernels/core/hash_table.h
 HASH_CHUNK_ROWS = 1024
@@ -42,6 +45,8 @@ TIER_HEADER_BYTES = HASH_ROW_META_BYTES + 8
 TIER_INDEX_ENTRY_BYTES = 12
 TIER_SEGMENT_BYTES = 1 << 20
 TIER_SEGMENT_MAX_RECORDS = 8192
+# A tiered plan warns when RAM keeps fewer of a rank's rows than this fraction.
+MIN_RAM_FRACTION = 0.05
 
 
 # Slots per optimizer name, as the row-wise kernels lay them out with the optimizer's defaults
@@ -114,12 +119,19 @@ def hash_index_slots(rows: int) -> int:
     return slots
 
 
-def hash_table_bytes(rows: int, dim: int, slots: int) -> int:
-    """Bytes a DynamicVariable's hash table takes for `rows` stored rows of width dim with
-    `slots` optimizer slots each."""
+def hash_stride(dim: int, slots: int, dtype="float32") -> int:
+    """Floats per record of a hash table stored in `dtype`: the value (dim floats, or dim 16-bit
+    values packed two to a float), then each float32 slot (HashTable::stride)."""
+    value = (dim + 1) // 2 if tf.as_dtype(dtype) in HALF_DTYPES else dim
+    return value + dim * slots
+
+
+def hash_table_bytes(rows: int, dim: int, slots: int, dtype="float32") -> int:
+    """Bytes a DynamicVariable's hash table stored in `dtype` takes for `rows` stored rows of
+    width dim with `slots` optimizer slots each."""
     if rows <= 0:
         return hash_index_slots(0) * HASH_INDEX_SLOT_BYTES
-    stride = dim * (1 + slots)
+    stride = hash_stride(dim, slots, dtype)
     chunks = math.ceil(rows / HASH_CHUNK_ROWS)
     return (
         chunks * HASH_CHUNK_ROWS * stride * 4
@@ -145,19 +157,31 @@ def tier_index_bytes(rows: int, record_bytes: int) -> int:
     return capacity * TIER_INDEX_ENTRY_BYTES + slots // 8 + 8 * (slots // segment + 1)
 
 
-def tier_ram_rows(budget: int, stride: int) -> int:
-    """The most rows of `stride` floats a tiered table keeps in RAM within `budget` bytes: each
-    with its bookkeeping, a bit and a free-list entry, and a hash index at load <= 3/4, as
-    HashTable::RamRowLimit."""
+def _ram_rows_bytes(ram_rows: int, stride: int) -> int:
+    """RAM that `ram_rows` rows of `stride` floats take in a tiered table: each with its
+    bookkeeping, a bit and a free-list entry, and a hash index at load <= 3/4."""
     per_row = stride * 4 + HASH_ROW_META_BYTES + 1 + 8
-    lo, hi = 0, max(budget // per_row, 0)
+    return ram_rows * per_row + hash_index_slots(ram_rows) * HASH_INDEX_SLOT_BYTES
+
+
+def tier_ram_rows(budget: int, stride: int) -> int:
+    """The most rows of `stride` floats a tiered table keeps in RAM within `budget` bytes (what
+    is left beside the disk index), as HashTable::RamRowLimit."""
+    lo, hi = 0, max(budget // (stride * 4 + HASH_ROW_META_BYTES + 1 + 8), 0)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if mid * per_row + hash_index_slots(mid) * HASH_INDEX_SLOT_BYTES <= budget:
+        if _ram_rows_bytes(mid, stride) <= budget:
             lo = mid
         else:
             hi = mid - 1
     return lo
+
+
+def tier_budget_for(rows: int, ram_rows: int, stride: int) -> int:
+    """The ram_budget with which a tiered table of `rows` rows of `stride` floats keeps
+    `ram_rows` of them in RAM: the disk index (charged for every row) and the RAM rows."""
+    index = tier_index_bytes(rows, tier_record_bytes(stride * 4))
+    return index + _ram_rows_bytes(ram_rows, stride)
 
 
 def static_table_bytes(rows: int, dim: int, dtype, slots: int, trained: bool = True) -> int:
@@ -180,12 +204,16 @@ class TableSpec:
       rows: a static table's rows; a hash table's distinct keys expected over the job.
       dim: the row width.
       kind: "static" (sok.Variable) or "hash" (sok.DynamicVariable).
-      dtype: the storage dtype (float32, float64, bfloat16, float16; hash tables: float32).
+      dtype: the storage dtype (float32, float64, bfloat16, float16; hash tables: float32,
+        bfloat16, float16).
       name: a label for the plan.
       mode: "distributed" or "localized:K".
       capacity: a hash table's row bound over all ranks (None: unbounded).
-      ram_budget: bytes (or "2GiB") this table may keep in RAM per rank when it has a disk tier
-        (None: all in RAM).
+      ram_budget: bytes (or "2GiB") a hash table may keep in RAM per rank with a disk tier
+        (None: all in RAM). It pays for the index of the rows on disk first (16-32 bytes a
+        key), then for the rows in RAM.
+      batch_keys: the distinct keys one batch looks up in the table, over all ranks (None:
+        unknown); a tiered plan warns when RAM holds fewer rows than a rank's share of them.
     """
 
     rows: int
@@ -196,6 +224,7 @@ class TableSpec:
     mode: str = "distributed"
     capacity: int | None = None
     ram_budget: object = None
+    batch_keys: int | None = None
 
     @classmethod
     def of(cls, spec) -> "TableSpec":
@@ -210,10 +239,12 @@ class TableSpec:
         raise ValueError(f"a table spec is a TableSpec or a dict, got {spec!r}")
 
 
-def _check_spec(spec: TableSpec, index: int) -> str:
+def _check_spec(spec: TableSpec, index: int, num_ranks: int) -> str:
     label = spec.name or f"table {index}"
-    for field in ("rows", "dim"):
+    for field in ("rows", "dim", "batch_keys"):
         value = getattr(spec, field)
+        if value is None and field == "batch_keys":
+            continue
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
             raise ValueError(f"'{label}': {field} must be an int >= 0, got {value!r}")
     if spec.dim == 0:
@@ -221,8 +252,20 @@ def _check_spec(spec: TableSpec, index: int) -> str:
     if spec.kind not in ("static", "hash"):
         raise ValueError(f"'{label}': kind must be 'static' or 'hash', got {spec.kind!r}")
     dtype = check_table_dtype(spec.dtype, label)
-    if spec.kind == "hash" and dtype != tf.float32:
-        raise ValueError(f"'{label}': a hash table holds float32 rows, got {dtype.name}")
+    if spec.kind == "hash" and dtype not in DYNAMIC_DTYPES:
+        names = ", ".join(d.name for d in DYNAMIC_DTYPES)
+        raise ValueError(f"'{label}': a hash table holds {names} rows, got {dtype.name}")
+    placement = Placement.parse(spec.mode)
+    if placement.kind == "localized" and placement.rank >= num_ranks:
+        raise ValueError(
+            f"'{label}': mode {spec.mode!r} puts the table on rank {placement.rank}, but the "
+            f"plan has {num_ranks} ranks"
+        )
+    if spec.kind == "static" and spec.ram_budget is not None:
+        raise ValueError(
+            f"'{label}': a ram_budget needs a disk tier, which only hash tables (kind='hash', "
+            "sok.DynamicVariable) have; a static table is held in RAM whole"
+        )
     return label
 
 
@@ -245,20 +288,16 @@ def _plan_table(spec, label: str, slots: int, trained: bool, rank: int, num_rank
     rows = _local_rows(spec, rank, num_ranks)
     if spec.kind == "static":
         full = static_table_bytes(rows, spec.dim, spec.dtype, slots, trained)
-        per_row = full / rows if rows else 0.0
     else:
-        full = hash_table_bytes(rows, spec.dim, slots)
-    budget = parse_bytes(spec.ram_budget)
+        full = hash_table_bytes(rows, spec.dim, slots, spec.dtype)
+    budget = parse_bytes(spec.ram_budget)  # hash tables only (_check_spec)
     rows_ram, bytes_ram = rows, full
-    record = tier_record_bytes(spec.dim * (1 + slots) * 4)
+    stride = hash_stride(spec.dim, slots, spec.dtype)
+    record = tier_record_bytes(stride * 4)
     if budget is not None and full > budget:
         # RAM holds what the budget allows beside the disk index; the rest lives on disk as
         # whole records.
-        if spec.kind == "static":
-            rows_ram = int(budget // per_row)
-        else:
-            left = budget - tier_index_bytes(rows, record)
-            rows_ram = tier_ram_rows(left, spec.dim * (1 + slots))
+        rows_ram = tier_ram_rows(budget - tier_index_bytes(rows, record), stride)
         bytes_ram = budget
     rows_disk = rows - rows_ram
     return {
@@ -274,12 +313,52 @@ def _plan_table(spec, label: str, slots: int, trained: bool, rank: int, num_rank
     }
 
 
-class MemoryPlan(list):
-    """plan_memory's result: one dict per (rank, table), with per-rank totals."""
+def _batch_rows(spec: TableSpec, rank: int, num_ranks: int) -> int:
+    """The rows of one batch (spec.batch_keys distinct keys) that rank `rank` looks up."""
+    if not spec.batch_keys:
+        return 0
+    placement = Placement.parse(spec.mode)
+    if placement.kind == "localized":
+        return spec.batch_keys if rank == placement.rank else 0
+    return math.ceil(spec.batch_keys / num_ranks)
 
-    def __init__(self, entries, num_ranks: int):
+
+def _tier_warning(spec: TableSpec, entry: dict, num_ranks: int) -> str | None:
+    """Why `entry`, a rank's share of tiered table `spec`, keeps too few rows in RAM: fewer than
+    one batch's or under MIN_RAM_FRACTION of them (None: enough)."""
+    rows = entry["rows_ram"] + entry["rows_disk"]
+    if entry["ram_budget"] is None or not entry["rows_disk"]:
+        return None
+    batch = min(_batch_rows(spec, entry["rank"], num_ranks), rows)
+    least = math.ceil(rows * MIN_RAM_FRACTION)
+    if entry["rows_ram"] >= max(batch, least):
+        return None
+    stride = hash_stride(spec.dim, entry["slots"], spec.dtype)
+    index = tier_index_bytes(rows, tier_record_bytes(stride * 4))
+    short = (
+        f"fewer than the {batch:,} distinct keys of one batch"
+        if entry["rows_ram"] < batch
+        else f"under {MIN_RAM_FRACTION:.0%}"
+    )
+    wanted = max(batch, least)
+    enough = tier_budget_for(rows, wanted, stride)
+    return (
+        f"'{entry['name']}': ram_budget {_human(entry['ram_budget'])} keeps "
+        f"{entry['rows_ram']:,} of rank {entry['rank']}'s {rows:,} rows in RAM ({short}): the "
+        f"index of the rows on disk takes {_human(index)} of it, {index / rows:.1f} bytes a key "
+        f"of the table; a ram_budget of {enough:,} bytes ({_human(enough)}) keeps {wanted:,} "
+        "rows in RAM"
+    )
+
+
+class MemoryPlan(list):
+    """plan_memory's result: one dict per (rank, table), with per-rank totals, and warnings:
+    one line per tiered table whose budget keeps too few rows in RAM on some rank."""
+
+    def __init__(self, entries, num_ranks: int, warned=()):
         super().__init__(entries)
         self.num_ranks = num_ranks
+        self.warnings = list(warned)
 
     @property
     def bytes_per_rank(self) -> list[int]:
@@ -300,6 +379,7 @@ class MemoryPlan(list):
         lines = [_format(self, with_rank=True)]
         for rank, (ram, disk) in enumerate(zip(self.bytes_per_rank, self.disk_bytes_per_rank)):
             lines.append(f"rank {rank}: {_human(ram)} in RAM, {_human(disk)} on disk")
+        lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
 
@@ -311,7 +391,10 @@ def plan_memory(tables, optimizer="adam", num_ranks: int = 1) -> MemoryPlan:
     Hash tables: the rows this rank expects (keys / ranks, at most capacity / ranks) in the
     hash table's chunked layout (row + slots in float32, 32 bytes of metadata, the index at
     load <= 3/4). With a ram_budget, RAM holds min(budget, the full size) and the remaining
-    rows go to disk as records (key, row + slots, metadata). TF's own buffers (a batch's ids
+    rows go to disk as records (key, row + slots, metadata). The budget pays for the index of
+    the rows on disk (16-32 bytes a key) before any row in RAM: a tiered table that keeps
+    fewer rows in RAM than one batch's (batch_keys) or under 5% of its rows is warned about
+    (warnings.warn, and in the plan's warnings and str()). TF's own buffers (a batch's ids
     and activations) are not tables and are not counted.
 
     Args:
@@ -324,10 +407,12 @@ def plan_memory(tables, optimizer="adam", num_ranks: int = 1) -> MemoryPlan:
 
     Returns:
       A MemoryPlan: a list of dicts (name, kind, rank, rows_ram, rows_disk, bytes_ram,
-      bytes_disk, ram_budget, slots) with bytes_per_rank and a readable str().
+      bytes_disk, ram_budget, slots) with bytes_per_rank, warnings and a readable str().
 
     Raises:
-      ValueError: a bad spec (naming the table), an unknown optimizer or num_ranks < 1.
+      ValueError: a bad spec (naming the table): a dtype a table of its kind cannot store, a
+        "localized:K" mode with K >= num_ranks, a ram_budget on a static table; an unknown
+        optimizer or num_ranks < 1.
 
     >>> import sok_lite as sok
     >>> plan = sok.plan_memory([{"rows": 1000, "dim": 8, "name": "t"}], "adam", num_ranks=2)
@@ -340,20 +425,29 @@ def plan_memory(tables, optimizer="adam", num_ranks: int = 1) -> MemoryPlan:
         raise ValueError(f"num_ranks must be an int >= 1, got {num_ranks}")
     slots = num_slots(optimizer)
     specs = [TableSpec.of(t) for t in tables]
-    labels = [_check_spec(spec, i) for i, spec in enumerate(specs)]
+    labels = [_check_spec(spec, i, num_ranks) for i, spec in enumerate(specs)]
     entries = [
         _plan_table(spec, label, slots, optimizer is not None, rank, num_ranks)
         for rank in range(num_ranks)
         for spec, label in zip(specs, labels)
     ]
-    return MemoryPlan(entries, num_ranks)
+    found = []  # the first rank short of rows, per table
+    for i, spec in enumerate(specs):
+        for entry in entries[i :: len(specs)]:
+            message = _tier_warning(spec, entry, num_ranks)
+            if message:
+                found.append(message)
+                warnings.warn(message, stacklevel=2)
+                break
+    return MemoryPlan(entries, num_ranks, found)
 
 
 # --- report ----------------------------------------------------------------------------------
 
 
 def _table_label(table) -> str:
-    return table.name.split(":")[0]
+    name = getattr(table, "name", None)
+    return name.split(":")[0] if isinstance(name, str) else repr(table)
 
 
 def _static_slot_bytes(table, optimizer) -> tuple[int, int]:
@@ -370,6 +464,11 @@ def _static_slot_bytes(table, optimizer) -> tuple[int, int]:
 def table_memory(table, optimizer=None) -> dict:
     """One row of memory_report for `table` on this rank (see memory_report)."""
     hashed = isinstance(table, DynamicVariable)
+    if not callable(getattr(table, "memory_stats", None)):
+        raise ValueError(
+            f"'{_table_label(table)}' ({type(table).__name__}) is not a sok_lite table: "
+            "memory_report takes sok.Variable and sok.DynamicVariable objects"
+        )
     stats = dict(table.memory_stats())
     missing = [k for k in MEMORY_STATS if k not in stats]
     if missing:
@@ -437,7 +536,8 @@ def memory_report(tables, optimizer=None) -> MemoryReport:
       ("measured" or "estimated"). str() of it is a table.
 
     Raises:
-      ValueError: a table whose memory_stats() lacks one of the keys.
+      ValueError: naming the object, for one that is not a sok_lite table (a tf.Variable, ...)
+        or a table whose memory_stats() lacks one of the keys.
 
     >>> import numpy as np, sok_lite as sok
     >>> report = sok.memory_report([sok.Variable(np.zeros([10, 4]), name="tiny")])

@@ -49,12 +49,17 @@ struct TableConfig {
   int64_t ram_budget = 0;
   int64_t tier_segment_bytes = RowTierFile::kDefaultSegmentBytes;  // see row_tier_file.h
   std::string label;  // names the table in errors (empty: the caller does)
+  // Takes the table's one-off warnings (the TF kernels log them); empty: they are dropped.
+  std::function<void(const std::string&)> warn;
 };
 
-// Counters of MemoryStats, cumulative since creation.
+// Counters of MemoryStats, cumulative since creation. hits and misses count the ids of the
+// lookups that succeed (Lookup, LookupCombine; a repeated id counts each time), the same way with
+// or without a disk tier: hits + misses = ids looked up. A failed lookup counts nothing;
+// optimizer steps and assigns count nothing.
 struct TableCounters {
-  int64_t hits = 0;       // looked-up keys found in RAM
-  int64_t misses = 0;     // looked-up keys read back from disk
+  int64_t hits = 0;       // looked-up ids whose key was in RAM when the lookup began
+  int64_t misses = 0;     // the others: keys read back from disk, created, or not admitted yet
   int64_t spills = 0;     // rows moved from RAM to disk
   int64_t evictions = 0;  // rows deleted by capacity or EvictUnseen
 };
@@ -274,6 +279,7 @@ class HashTable {
   int64_t step_ = 0;
   std::unique_ptr<RowTierFile> tier_;
   TableCounters counters_;
+  bool index_warned_ = false;  // config_.warn heard that the disk index passed half the budget
 };
 
 template <typename F>

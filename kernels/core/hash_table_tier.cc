@@ -61,6 +61,24 @@ std::vector<int64_t> HashTable::MemoryStats() const {
 
 std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen,
                              const Runner& run) {
+  // The disk index (charged for every row stored) only grows, by doubling: once it takes half
+  // the budget, or will at its next growth, the rows in RAM are heading for too few to serve a
+  // batch. Warned once, ahead of the growth.
+  const int64_t index_bytes = tier_->IndexBytesFor(size());
+  const int64_t grows_past = IndexCapacityFor(size()) * 3 / 4;  // keys stored before it doubles
+  const int64_t grown_bytes = tier_->IndexBytesFor(grows_past + 1);
+  if (!index_warned_ && config_.warn && grown_bytes * 2 > config_.ram_budget) {
+    index_warned_ = true;
+    config_.warn(Named(
+        "the index of the rows on disk takes " + std::to_string(index_bytes) +
+        " bytes of ram_budget " + std::to_string(config_.ram_budget) + " bytes and " +
+        std::to_string(grown_bytes) + ", past half of it, once more than " +
+        std::to_string(grows_past) + " keys are stored (now " + std::to_string(size()) + "; " +
+        std::to_string(index_bytes / std::max<int64_t>(size(), 1)) +
+        " bytes a key, charged for every key stored): the rows in RAM get the rest, and lookups "
+        "fail once one batch's rows no longer fit; raise ram_budget (sok.plan_memory predicts the "
+        "rows a budget keeps in RAM)"));
+  }
   const int64_t limit = RamRowLimit();
   const int64_t excess = size_ + needed - limit;
   if (excess <= 0) return "";
@@ -74,11 +92,22 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
     candidates.emplace_back(lfu ? meta_[r].count : meta_[r].last_seen, r);
   }
   if (static_cast<int64_t>(candidates.size()) < excess) {
+    // A budget that holds the disk index at the rows stored after this batch, beside this
+    // batch's rows and a RAM hash index for them (RamRowLimit gives it at least as many rows).
+    const int64_t rows = size_ - static_cast<int64_t>(candidates.size()) + needed;
+    const int64_t per_row = stride() * static_cast<int64_t>(sizeof(float)) + kRamRowOverhead;
+    const int64_t hash_index =
+        std::max<int64_t>(slots_.size(), IndexCapacityFor(rows)) * sizeof(Slot);
+    const int64_t enough = tier_->IndexBytesFor(size() + needed) + hash_index + rows * per_row;
     return Named("ram_budget " + std::to_string(config_.ram_budget) + " bytes holds " +
                  std::to_string(limit) + " rows of " + std::to_string(stride() * sizeof(float)) +
-                 " bytes now, too few for the " +
-                 std::to_string(size_ - static_cast<int64_t>(candidates.size()) + needed) +
-                 " rows one batch needs in RAM; raise ram_budget or shrink the batch");
+                 " bytes now, too few for the " + std::to_string(rows) +
+                 " rows one batch needs in RAM: the index of the " + std::to_string(tier_->size()) +
+                 " keys on disk takes " + std::to_string(index_bytes) +
+                 " bytes of it (charged for each of the " + std::to_string(size()) +
+                 " keys stored, " + std::to_string(index_bytes / std::max<int64_t>(size(), 1)) +
+                 " bytes a key); a ram_budget of " + std::to_string(enough) +
+                 " bytes holds them and this batch; raise ram_budget or shrink the batch");
   }
   // Spill a sixteenth of the RAM rows at once (at least the excess): fewer, larger writes.
   const int64_t count = std::min<int64_t>(candidates.size(), std::max<int64_t>(excess, limit / 16));

@@ -28,7 +28,11 @@ struct DynamicTableTraits<CPUDevice> {
 template <>
 absl::Status DynamicCreateFunctor<CPUDevice>::Compute(OpKernelContext*, const TableConfig& config,
                                                       DynamicTableResource** out) {
-  auto* table = new DynamicTableResource(config);
+  TableConfig logged = config;  // the table's warnings go to TF's log, naming its tier directory
+  logged.warn = [dir = config.tier_dir](const std::string& message) {
+    LOG(WARNING) << "disk tier " << dir << ": " << message;
+  };
+  auto* table = new DynamicTableResource(logged);
   if (!config.tier_dir.empty()) {
     const std::string problem = table->table.AttachTier();
     if (!problem.empty()) {

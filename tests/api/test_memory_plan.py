@@ -5,8 +5,10 @@ and the RSS a fresh process grows by when it creates and trains a table."""
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
+import warnings
 
 import keras
 import numpy as np
@@ -103,6 +105,64 @@ def test_planned_ram_rows_of_a_tiered_table_match_the_table(tmp_path):
     assert stats["bytes_ram"] <= planned["bytes_ram"] + chunk, (planned, stats)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_16bit_hash_plan_packs_values_two_to_a_float(dtype):
+    # kernels/core/hash_table.h: a 16-bit table's record is its value in (dim + 1) / 2 floats,
+    # then each slot in float32.
+    keys, dim = 3000, 7
+    spec = {"rows": keys, "dim": dim, "kind": "hash", "dtype": dtype, "name": "half"}
+    entry = sok.plan_memory([spec], "adagrad")[0]
+    stride = (dim + 1) // 2 + dim
+    chunks = np.zeros([3 * 1024, stride], np.float32)
+    assert entry["bytes_ram"] == chunks.nbytes + keys * 32 + (keys + 7) // 8 + 4096 * 16
+    table = sok.DynamicVariable(dim, dtype=dtype, name="half")
+    _train(table, keras.optimizers.Adagrad(0.1), np.arange(keys) * 7919)
+    measured = table.memory_stats()["bytes_ram"]
+    assert entry["bytes_ram"] <= measured <= 1.15 * entry["bytes_ram"]
+    tiered = sok.plan_memory([dict(spec, ram_budget="128KiB")], "adagrad")[0]
+    assert tiered["bytes_disk"] == tiered["rows_disk"] * ((40 + stride * 4 + 7) // 8 * 8)
+    full = sok.plan_memory([dict(spec, dtype="float32", ram_budget="128KiB")], "adagrad")[0]
+    assert tiered["rows_ram"] > full["rows_ram"]
+
+
+def _suggested_budget(message: str) -> int:
+    return int(re.search(r"a ram_budget of ([0-9,]+) bytes", message).group(1).replace(",", ""))
+
+
+def test_plan_warns_when_the_disk_index_leaves_ram_almost_no_rows():
+    # d = 16 with Adam: a 2 MiB budget is all disk index at a few hundred thousand keys.
+    spec = {"rows": 300_000, "dim": 16, "kind": "hash", "name": "clicks", "ram_budget": "2MiB"}
+    with pytest.warns(UserWarning, match=r"'clicks'.*rows in RAM.*bytes a key") as caught:
+        plan = sok.plan_memory([spec], "adam")
+    assert len(caught) == 1
+    assert plan[0]["rows_ram"] < 300_000 // 20
+    assert plan.warnings == [str(caught[0].message)]
+    assert "warning: 'clicks'" in str(plan)
+    # The budget the warning names keeps 5% of the rows in RAM, and plans without a warning.
+    budget = _suggested_budget(plan.warnings[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        roomy = sok.plan_memory([dict(spec, ram_budget=budget)], "adam")
+    assert roomy[0]["rows_ram"] >= 300_000 // 20 and roomy.warnings == []
+    assert "warning" not in str(roomy)
+
+
+def test_plan_warns_when_one_batch_does_not_fit_in_ram():
+    spec = {"rows": 100_000, "dim": 16, "kind": "hash", "name": "ads", "ram_budget": "8MiB"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kept = sok.plan_memory([spec], "adam", num_ranks=2)[0]["rows_ram"]
+    assert kept >= 100_000 // 2 // 20
+    # 2 ranks: each looks up about half of a batch's distinct keys.
+    with pytest.warns(UserWarning, match=r"'ads'.*one batch") as caught:
+        plan = sok.plan_memory([dict(spec, batch_keys=2 * kept + 1000)], "adam", num_ranks=2)
+    assert len(caught) == 1 and len(plan.warnings) == 1
+    budget = _suggested_budget(plan.warnings[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sok.plan_memory([dict(spec, batch_keys=2 * kept + 1000, ram_budget=budget)], "adam", 2)
+
+
 @pytest.mark.parametrize(
     "name, optimizer",
     [
@@ -130,10 +190,30 @@ def test_slot_counts_by_name_match_the_row_wise_rules(name, optimizer):
         ({"rows": 10, "dim": 0, "name": "emb"}, {}, "'emb': dim must be > 0"),
         ({"rows": -1, "dim": 4, "name": "emb"}, {}, "'emb': rows"),
         ({"rows": 10, "dim": 4, "kind": "tree", "name": "emb"}, {}, "'emb': kind"),
-        ({"rows": 10, "dim": 4, "kind": "hash", "dtype": "bfloat16"}, {}, "'table 0'"),
+        ({"rows": 10, "dim": 4, "kind": "hash", "dtype": "float64"}, {}, "'table 0'"),
         ({"rows": 10, "dim": 4, "dtype": "int8", "name": "emb"}, {}, "'emb'"),
         ({"rows": 10, "dim": 4, "mode": "local"}, {}, "mode"),
-        ({"rows": 10, "dim": 4, "ram_budget": "2 parsecs"}, {}, "not a size"),
+        (
+            {"rows": 10, "dim": 4, "mode": "localized:5", "name": "emb"},
+            {"num_ranks": 2},
+            r"'emb'.*localized:5.*rank 5.*2 ranks",
+        ),
+        (
+            {"rows": 10, "dim": 4, "kind": "hash", "mode": "localized:2", "name": "h"},
+            {"num_ranks": 2},
+            r"'h'.*rank 2",
+        ),
+        (
+            {"rows": 10, "dim": 4, "ram_budget": "1MiB", "name": "emb"},
+            {},
+            r"'emb'.*ram_budget.*hash",
+        ),
+        (
+            {"rows": 10, "dim": 4, "kind": "hash", "batch_keys": -1, "name": "h"},
+            {},
+            "'h': batch_keys",
+        ),
+        ({"rows": 10, "dim": 4, "kind": "hash", "ram_budget": "2 parsecs"}, {}, "not a size"),
         ({"rows": 10, "dim": 4}, {"optimizer": "lion"}, "unknown optimizer 'lion'"),
         ({"rows": 10, "dim": 4}, {"num_ranks": 0}, "num_ranks"),
     ],
@@ -195,6 +275,13 @@ def test_report_of_a_hash_table_is_its_row_count_in_the_table_layout():
     assert entry["kind"] == "hash"
     spec = {"rows": 3000, "dim": 8, "kind": "hash"}
     assert planned == sok.plan_memory([spec], "adagrad")[0]["bytes_ram"]
+
+
+def test_report_of_a_variable_that_is_no_table_is_a_value_error():
+    with pytest.raises(ValueError, match=r"'learning_rate'.*not a sok_lite table"):
+        sok.memory_report([tf.Variable(1.0, name="learning_rate")])
+    with pytest.raises(ValueError, match="not a sok_lite table"):
+        sok.memory_report(np.zeros(3))
 
 
 class _TieredTable:

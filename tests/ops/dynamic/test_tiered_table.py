@@ -4,6 +4,7 @@ steps: identical values and slots (bit for bit, the tier only moves records), an
 export, evict, size and min_count behaviour; dumps reload into either kind at any world size."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -396,3 +397,70 @@ def test_narrow_rows_round_trip_through_the_file(tmp_path, dim):
             sok.lookup_sparse(table, ids)
     assert tiered.memory_stats()["rows_disk"] > 0
     assert_identical(ram, tiered)
+
+
+def _fill_until_the_budget_runs_out(table, batch=500, limit=200):
+    """Looks up fresh keys a batch at a time until the disk index leaves no room for one batch;
+    the error's message."""
+    for start in range(0, batch * limit, batch):
+        ids = tf.ragged.constant([[k] for k in range(start, start + batch)], dtype=tf.int64)
+        try:
+            sok.lookup_sparse(table, ids)
+        except tf.errors.InvalidArgumentError as e:
+            return e.message
+    raise AssertionError(f"{batch * limit} keys fit in {table.memory_stats()['ram_budget']}")
+
+
+def test_budget_taken_by_the_disk_index_is_an_error_counting_the_keys_on_disk(tmp_path):
+    disk = sok.storage.Disk(tmp_path, ram_budget="256KiB")
+    table = sok.DynamicVariable(16, name="filled", storage=disk)
+    message = _fill_until_the_budget_runs_out(table)
+    stats = table.memory_stats()
+    on_disk = re.search(r"the index of the ([0-9,]+) keys on disk takes ([0-9,]+) bytes", message)
+    assert on_disk, message
+    assert int(on_disk.group(1).replace(",", "")) == stats["rows_disk"] > 0
+    index = int(on_disk.group(2).replace(",", ""))
+    assert stats["ram_budget"] // 2 < index < stats["ram_budget"]
+    needed = re.search(r"a ram_budget of ([0-9,]+) bytes", message)
+    assert needed and int(needed.group(1).replace(",", "")) > stats["ram_budget"], message
+    # The budget named holds the keys stored and the batch that failed.
+    budget = int(needed.group(1).replace(",", ""))
+    roomy = sok.DynamicVariable(
+        16, name="roomy", storage=sok.storage.Disk(tmp_path / "roomy", ram_budget=budget)
+    )
+    keys = stats["rows_ram"] + stats["rows_disk"] + 500
+    for start in range(0, keys, 500):
+        ids = tf.ragged.constant([[k] for k in range(start, start + 500)], dtype=tf.int64)
+        sok.lookup_sparse(roomy, ids)
+
+
+INDEX_WARNING = """
+import sok_lite as sok, tensorflow as tf
+from tests.ops.dynamic.test_tiered_table import _fill_until_the_budget_runs_out
+table = sok.DynamicVariable(16, name="warned", storage=sok.storage.Disk({tier!r}, "256KiB"))
+_fill_until_the_budget_runs_out(table)
+print("DONE", flush=True)
+"""
+
+
+def test_disk_index_past_half_the_budget_warns_once(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["TF_CPP_MIN_LOG_LEVEL"] = "0"
+    done = subprocess.run(
+        [sys.executable, "-c", INDEX_WARNING.format(tier=str(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env=env,
+    )
+    assert done.returncode == 0 and "DONE" in done.stdout, done.stderr[-3000:]
+    warned = [line for line in done.stderr.splitlines() if "past half of it" in line]
+    assert len(warned) == 1, done.stderr[-3000:]
+    assert "warned.rank0" in warned[0] and "ram_budget 262144 bytes" in warned[0], warned
+    assert "bytes a key" in warned[0], warned
+    # Ahead of the lookup that found the budget too small.
+    stored = int(re.search(r"keys are stored \(now ([0-9]+);", warned[0]).group(1))
+    failed = re.search(r"charged for each of the ([0-9]+) keys stored", done.stderr)
+    assert failed and stored < int(failed.group(1)), done.stderr[-3000:]
