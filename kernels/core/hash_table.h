@@ -53,13 +53,10 @@ struct TableConfig {
   std::function<void(const std::string&)> warn;
 };
 
-// Counters of MemoryStats, cumulative since creation. hits and misses count the ids of the
-// lookups that succeed (Lookup, LookupCombine; a repeated id counts each time), the same way with
-// or without a disk tier: hits + misses = ids looked up. A failed lookup counts nothing;
-// optimizer steps and assigns count nothing.
+// Counters of MemoryStats, cumulative since creation.
 struct TableCounters {
-  int64_t hits = 0;       // looked-up ids whose key was in RAM when the lookup began
-  int64_t misses = 0;     // the others: keys read back from disk, created, or not admitted yet
+  int64_t hits = 0;       // looked-up keys found in RAM
+  int64_t misses = 0;     // looked-up keys read back from disk
   int64_t spills = 0;     // rows moved from RAM to disk
   int64_t evictions = 0;  // rows deleted by capacity or EvictUnseen
 };
