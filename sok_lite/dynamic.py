@@ -208,7 +208,7 @@ class DynamicVariable(BaseResourceVariable, TableKind):
     def __new__(cls, *args, **kwargs):
         communicator = comm.current()
         if communicator.shards_per_table == 1:
-            return super().__new__(cls)
+            return comm.register_table(super().__new__(cls))
         # The default seed is taken once for the table: every shard initializes keys alike.
         args = list(args)
         if len(args) > 1:

@@ -132,7 +132,7 @@ class Variable(ResourceVariable, TableKind):
     def __new__(cls, initial_value=None, *, shape=None, initializer=None, **kwargs):
         communicator = comm.current()
         if communicator.shards_per_table == 1:
-            return super().__new__(cls)
+            return comm.register_table(super().__new__(cls))
         # Random values are drawn (and default seeds taken) once for the table, not per shard.
         dtype = tf.as_dtype(kwargs.get("dtype", tf.float32))
         if initial_value is not None:

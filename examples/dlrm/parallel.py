@@ -31,7 +31,8 @@ class DenseAllReduceOptimizer(sok.keras.OptimizerWrapper):
     1 / num_ranks (through `scale_loss`, which fit applies before differentiating) makes it this
     rank's part of the global mean; then the table gradients, which the lookup already sums over
     ranks per row, are exact, and summing the dense gradients over ranks gives theirs. Shares
-    must be equal.
+    must be equal. Under the "mixed_float16" policy the LossScaleOptimizer that compile puts
+    around it applies this scaling too (sok.keras.OptimizerWrapper sees to it).
 
     Args:
       inner_optimizer: a Keras optimizer (e.g. keras.optimizers.Adam), as for

@@ -5,6 +5,10 @@ replica of the tf.distribute strategy in scope (MirroredStrategy: several in one
 MultiWorkerMirroredStrategy: one or more per worker process).
 """
 
+import gc
+import itertools
+import weakref
+
 import tensorflow as tf
 
 from sok_lite.comm.base import Communicator
@@ -14,6 +18,15 @@ _BACKENDS = ("auto", "horovod", "strategy", "local")
 # Other spellings that SOK code uses for a backend.
 _ALIASES = {"hvd": "horovod", "single": "local"}
 _current: Communicator | None = None
+# What init() chose: the backend, and for "strategy" the strategy (a different one is another
+# communicator).
+_chosen: tuple | None = None
+# The tables created under the current communicator that are still alive: their shards follow
+# its ranks, so it may not change under them.
+_tables: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
+_table_numbers = itertools.count()
+# Named in an error, at most.
+_NAMES_SHOWN = 10
 
 
 def init(
@@ -27,6 +40,13 @@ def init(
     Call it before creating sok_lite variables: their shards follow the rank and size chosen here.
     The SOK 2.x forms `sok.init()`, `sok.init("horovod")`, `sok.init(comm_tool="horovod")` and
     `sok.init(comm_tool="horovod", use_legacy_optimizer=False)` all work.
+
+    A table created before init() (or any other call that needs the communicator, such as
+    sok.rank()) runs init("auto") first. Calling init() again with the backend already chosen
+    (after "auto" resolves; for "strategy", the same strategy) changes nothing and returns the
+    same communicator. Choosing another one is allowed while no table created under the
+    current one is alive, and is a ValueError naming them otherwise: those tables hold the
+    shards of the current communicator's ranks.
 
     Args:
       comm: "auto", "horovod" (or "hvd"), "strategy" or "local" (or "single"). "auto" picks
@@ -46,10 +66,11 @@ def init(
       The active Communicator.
 
     Raises:
-      ValueError: for an unknown backend name, or `comm` and `comm_tool` naming different ones.
+      ValueError: for an unknown backend name, `comm` and `comm_tool` naming different ones, or
+        another backend than the current one while tables created under it are alive.
       ImportError: "horovod" without Horovod installed.
     """
-    global _current
+    global _current, _chosen
     del use_legacy_optimizer  # SOK's option; nothing to switch here
     comm = _ALIASES.get(comm, comm)
     if comm_tool is not None:
@@ -71,17 +92,60 @@ def init(
             comm = "strategy"
         else:
             comm = "local"
+    chosen = (comm, tf.distribute.get_strategy() if comm == "strategy" else None)
+    if _current is not None:
+        if _chosen[0] == chosen[0] and _chosen[1] is chosen[1]:
+            return _current  # already chosen: nothing changes
+        _refuse_with_tables(comm)
     if comm == "strategy":
         from sok_lite.comm.strategy import StrategyCommunicator
 
-        _current = StrategyCommunicator(tf.distribute.get_strategy())
+        communicator = StrategyCommunicator(chosen[1])
     elif comm == "horovod":
         from sok_lite.comm.horovod import HorovodCommunicator
 
-        _current = HorovodCommunicator()
+        communicator = HorovodCommunicator()
     else:
-        _current = LocalCommunicator()
+        communicator = LocalCommunicator()
+    _current, _chosen = communicator, chosen
+    _tables.clear()
     return _current
+
+
+def _refuse_with_tables(comm: str) -> None:
+    """Raises ValueError if tables created under the current communicator are still alive."""
+    if not _tables:
+        return
+    gc.collect()  # tables only kept by reference cycles do not count
+    names = [name for name in map(_table_name, list(_tables.values())) if name is not None]
+    if not names:
+        return
+    shown = ", ".join(repr(n) for n in names[:_NAMES_SHOWN])
+    if len(names) > _NAMES_SHOWN:
+        shown += f" and {len(names) - _NAMES_SHOWN} more"
+    backend, _ = _chosen
+    raise ValueError(
+        f"init({comm!r}): {len(names)} table(s) were created under the {backend!r} "
+        f"communicator ({_current.num_ranks} rank(s)) and hold its shards: {shown}. Call "
+        "sok.init() before creating any table (for Horovod after hvd.init(), for a "
+        "tf.distribute strategy inside strategy.scope()), or drop those tables first"
+    )
+
+
+def _table_name(table) -> str | None:
+    """The table's name; None for an object whose construction failed (not a table)."""
+    try:
+        return table.name
+    except Exception:  # noqa: BLE001 -- a half-made variable fails in its own ways
+        return None
+
+
+def register_table(table):
+    """Records `table` (a new sok_lite table, or one shard of it) as created under the current
+    communicator, which init() then refuses to replace while it is alive. Returns `table`."""
+    current()
+    _tables[next(_table_numbers)] = table
+    return table
 
 
 def current() -> Communicator:
@@ -104,4 +168,12 @@ def num_ranks() -> int:
     return current().num_ranks
 
 
-__all__ = ["Communicator", "LocalCommunicator", "init", "current", "rank", "num_ranks"]
+__all__ = [
+    "Communicator",
+    "LocalCommunicator",
+    "init",
+    "current",
+    "rank",
+    "num_ranks",
+    "register_table",
+]

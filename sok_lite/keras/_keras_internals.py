@@ -78,12 +78,13 @@ _FRAMES_TO_SEARCH = 8
 
 
 def loss_scale_optimizer_building(inner):
-    """The keras.optimizers.LossScaleOptimizer whose build() is building `inner`, its inner
-    optimizer, or None.
+    """The keras.optimizers.LossScaleOptimizer whose constructor or build() is calling into
+    `inner`, its inner optimizer, or None.
 
-    A LossScaleOptimizer builds its inner optimizer from its own build() and hands it no
-    reference to itself, so the inner optimizer finds it on the call stack. That call path is
-    private to Keras; reading callers' frames is a CPython detail.
+    A LossScaleOptimizer turns off its inner optimizer's loss_scale_factor from its constructor
+    and builds it from its own build(), and hands it no reference to itself, so the inner
+    optimizer finds it on the call stack. Those call paths are private to Keras; reading
+    callers' frames is a CPython detail.
     """
     frame = sys._getframe(1)
     for _ in range(_FRAMES_TO_SEARCH):
@@ -108,3 +109,12 @@ def replace_finite_check(loss_scale_optimizer, check_finite) -> None:
     without Keras' attribute tracking, which has nothing to track in a function.
     """
     object.__setattr__(loss_scale_optimizer, "check_finite", check_finite)
+
+
+def replace_scale_loss(loss_scale_optimizer, scale_loss) -> None:
+    """Makes this one LossScaleOptimizer scale losses with `scale_loss(loss)`.
+
+    Keras' trainers call `optimizer.scale_loss(loss)`, which finds an attribute of the instance
+    before the class' method, as replace_finite_check relies on; set the same way.
+    """
+    object.__setattr__(loss_scale_optimizer, "scale_loss", scale_loss)

@@ -1,18 +1,29 @@
-"""Dynamic loss scaling around sok_lite.keras.OptimizerWrapper with table gradients kept sparse.
+"""Dynamic loss scaling around sok_lite.keras.OptimizerWrapper: table gradients kept sparse, the
+wrapper's own loss scaling kept.
 
 Under the "mixed_float16" policy, `compile` wraps the optimizer in a
 keras.optimizers.LossScaleOptimizer (users may write one too). That optimizer multiplies the
 loss by its scale, divides each gradient by it (for a tf.IndexedSlices, its values only), skips
 the whole step, tables included, when any gradient is not finite, and then halves the scale.
-One part would densify table gradients: its finite check turns every tf.IndexedSlices into a
-dense [rows, dim] mask (and fails for a hash table, which has no dense shape). The wrapper gives
-the LossScaleOptimizer that builds it a finite check that reads the values only.
+Two of its parts need help:
+
+- Its finite check turns every tf.IndexedSlices into a dense [rows, dim] mask (and fails for a
+  hash table, which has no dense shape). The wrapper gives it a finite check that reads the
+  values only.
+- Its scale_loss multiplies the loss by the scale and never asks the optimizer it wraps, so a
+  wrapper's own scale_loss (a Horovod subclass's 1 / num_ranks, which makes each rank's loss
+  its part of the global mean) would be dropped and every gradient come out num_ranks times too
+  large. The wrapper gives it a scale_loss that applies the wrapper's first.
 """
 
 import tensorflow as tf
 
 from sok_lite import comm
-from sok_lite.keras._keras_internals import loss_scale_optimizer_building, replace_finite_check
+from sok_lite.keras._keras_internals import (
+    loss_scale_optimizer_building,
+    replace_finite_check,
+    replace_scale_loss,
+)
 
 
 class _FiniteValues:
@@ -32,11 +43,34 @@ class _FiniteValues:
         return finite
 
 
-def keep_table_gradients_sparse(wrapper) -> None:
-    """If a keras LossScaleOptimizer is building `wrapper`, makes its finite check sparse."""
+class _WrapperScaleFirst:
+    """A LossScaleOptimizer's scale_loss: the wrapper's scale_loss, then the dynamic scale.
+
+    The LossScaleOptimizer has turned off the wrapped optimizer's loss_scale_factor, so for a
+    plain wrapper the first part is the identity; a subclass's own factor (1 / num_ranks) stays.
+    Only the dynamic scale is divided out of the gradients again, as it should be.
+    """
+
+    def __init__(self, keras_scale_loss, wrapper):
+        self.keras_scale_loss = keras_scale_loss
+        self.wrapper = wrapper
+
+    def __call__(self, loss):
+        return self.keras_scale_loss(self.wrapper.scale_loss(loss))
+
+
+def adapt_loss_scale_optimizer(wrapper) -> None:
+    """If a keras LossScaleOptimizer is wrapping or building `wrapper`, makes its finite check
+    sparse and its scale_loss apply the wrapper's. Called from the LossScaleOptimizer's
+    constructor (through the wrapper's loss_scale_factor, which it turns off) and from its
+    build(), so that a LossScaleOptimizer made either way, or restored, is adapted before its
+    first step. Adapting one twice changes nothing."""
     loss_scale_optimizer = loss_scale_optimizer_building(wrapper)
     if loss_scale_optimizer is None:
         return
-    if isinstance(loss_scale_optimizer.check_finite, _FiniteValues):  # built before
-        return
-    replace_finite_check(loss_scale_optimizer, _FiniteValues(loss_scale_optimizer.check_finite))
+    if not isinstance(loss_scale_optimizer.check_finite, _FiniteValues):
+        replace_finite_check(loss_scale_optimizer, _FiniteValues(loss_scale_optimizer.check_finite))
+    if not isinstance(loss_scale_optimizer.scale_loss, _WrapperScaleFirst):
+        replace_scale_loss(
+            loss_scale_optimizer, _WrapperScaleFirst(loss_scale_optimizer.scale_loss, wrapper)
+        )

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from sok_lite.comm.shards import shards_of
 from sok_lite.keras._keras_internals import built_variables
-from sok_lite.keras.loss_scaling import keep_table_gradients_sparse
+from sok_lite.keras.loss_scaling import adapt_loss_scale_optimizer
 from sok_lite.optimizer_rules import WrapsOptimizer, rule_for, unwrap
 from sok_lite.row_wise import apply_gradients, filter_variables, is_table
 
@@ -26,8 +26,10 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
     Mixed precision: a keras.optimizers.LossScaleOptimizer goes around the wrapper (compile
     puts one there under the "mixed_float16" policy): the table gradients are unscaled before
     the row-wise update and stay tf.IndexedSlices, and a step with a non-finite gradient
-    leaves tables and slots unchanged, as it does dense weights. The wrapped optimizer's
-    `loss_scale_factor` (static loss scaling) applies to table gradients too.
+    leaves tables and slots unchanged, as it does dense weights. It scales the loss by this
+    wrapper's scale_loss before its own scale, so a subclass's own loss scaling (1 / num_ranks
+    under Horovod, say) is kept. The wrapped optimizer's `loss_scale_factor` (static loss
+    scaling) applies to table gradients too.
 
     Args:
       inner_optimizer: a keras.optimizers.Optimizer (SGD, Adam, AdamW, Adagrad, RMSprop, Ftrl,
@@ -71,7 +73,7 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
         self.inner_optimizer = inner_optimizer
 
     def build(self, variables):
-        keep_table_gradients_sparse(self)  # when a LossScaleOptimizer is building this one
+        adapt_loss_scale_optimizer(self)  # when a LossScaleOptimizer is building this one
         tables, dense = filter_variables(variables)
         self.inner_optimizer.build(dense)
         # The row-wise slots of fixed-size tables are created now rather than on the first
@@ -140,6 +142,13 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
         inner = vars(self).get("inner_optimizer")
         if inner is not None:
             inner.loss_scale_factor = factor
+
+    def __setattr__(self, name, value):
+        if name == "loss_scale_factor":
+            # A LossScaleOptimizer being made around this wrapper turns it off (Keras skips
+            # the setter when the value does not change, so this is where it always arrives).
+            adapt_loss_scale_optimizer(self)
+        super().__setattr__(name, value)
 
     @property
     def variables(self):

@@ -41,7 +41,10 @@ def global_tables(out_dir, num_ranks: int) -> dict:
     return tables
 
 
-def assert_same_training(out_dir, reference_dir, num_ranks: int) -> None:
+def assert_same_training(out_dir, reference_dir, num_ranks: int, tolerance=None) -> None:
+    """Asserts that the run in out_dir on num_ranks ranks trained as the one-rank run in
+    reference_dir did, to `tolerance` (assert_allclose's keywords; default TOLERANCE)."""
+    tolerance = TOLERANCE if tolerance is None else tolerance
     tables, expected = global_tables(out_dir, num_ranks), global_tables(reference_dir, 1)
     for name, want in expected.items():
         got = tables[name]
@@ -49,11 +52,11 @@ def assert_same_training(out_dir, reference_dir, num_ranks: int) -> None:
             assert sorted(got) == sorted(want) and len(want) >= 4, f"table {name}: other keys"
             for key in want:
                 np.testing.assert_allclose(
-                    got[key], want[key], **TOLERANCE, err_msg=f"table {name}, key {key}"
+                    got[key], want[key], **tolerance, err_msg=f"table {name}, key {key}"
                 )
         else:
-            np.testing.assert_allclose(got, want, **TOLERANCE, err_msg=f"table {name}")
+            np.testing.assert_allclose(got, want, **tolerance, err_msg=f"table {name}")
     with np.load(out_dir / "dense0.npz") as dense, np.load(reference_dir / "dense0.npz") as ref:
         assert len(dense.files) == len(ref.files) == 4
         for key in ref.files:
-            np.testing.assert_allclose(dense[key], ref[key], **TOLERANCE, err_msg=key)
+            np.testing.assert_allclose(dense[key], ref[key], **tolerance, err_msg=key)

@@ -78,6 +78,28 @@ def test_a_loss_scale_optimizer_builds_its_inner_optimizer_from_its_own_build():
     assert _keras_internals.loss_scale_optimizer_building(inner) is None  # not building now
 
 
+def test_a_loss_scale_optimizer_sets_its_inner_loss_scale_factor_from_its_constructor():
+    found = []
+
+    class Probe(keras.optimizers.SGD):
+        def __setattr__(self, name, value):
+            if name == "loss_scale_factor":
+                found.append(_keras_internals.loss_scale_optimizer_building(self))
+            super().__setattr__(name, value)
+
+    inner = Probe(0.1)
+    assert found == [None]  # Keras' own constructor sets it too
+    outer = keras.optimizers.LossScaleOptimizer(inner)
+    assert found == [None, outer]
+
+
+def test_a_loss_scale_optimizer_scales_losses_with_its_own_scale_loss():
+    outer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=8.0)
+    _keras_internals.replace_scale_loss(outer, lambda loss: loss * 3.0)
+    assert float(outer.scale_loss(tf.constant(2.0))) == 6.0
+    assert "scale_loss" not in vars(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()))
+
+
 def test_a_loss_scale_optimizer_still_asks_its_own_check_finite():
     weight = keras.Variable(np.ones([2], np.float32))
     outer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=8.0)

@@ -348,6 +348,47 @@ def test_a_loss_scale_optimizer_turns_the_wrapped_loss_scale_factor_off():
     assert wrapper.loss_scale_factor is None and wrapper.inner_optimizer.loss_scale_factor is None
 
 
+class HalvedLoss(OptimizerWrapper):
+    """A wrapper with a loss scaling of its own, as a Horovod subclass that makes each rank's
+    loss its part of the global mean (1 / num_ranks) has (examples/dlrm/parallel.py)."""
+
+    def scale_loss(self, loss):
+        return super().scale_loss(loss) / 2
+
+
+def test_a_loss_scale_optimizer_keeps_the_wrappers_own_loss_scaling():
+    made = keras.optimizers.LossScaleOptimizer(HalvedLoss(keras.optimizers.SGD(0.1)))
+    assert float(made.scale_loss(tf.constant(3.0))) == 3.0 * INITIAL_SCALE / 2  # not built yet
+    made.build([keras.Variable(np.ones([2], np.float32))])
+    made.dynamic_scale.assign(8.0)
+    assert float(made.scale_loss(tf.constant(3.0))) == 3.0 * 8.0 / 2
+    # A plain wrapper scales by the dynamic scale only: the LossScaleOptimizer turned its
+    # loss_scale_factor off.
+    plain = keras.optimizers.LossScaleOptimizer(
+        OptimizerWrapper(keras.optimizers.SGD(0.1, loss_scale_factor=64.0)), initial_scale=4.0
+    )
+    assert float(plain.scale_loss(tf.constant(3.0))) == 12.0
+
+
+def test_fit_under_mixed_float16_keeps_the_wrappers_own_loss_scaling():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    keras.utils.set_random_seed(0)
+    halved, plain = twin_models()
+    data = dataset(seed=1)
+    # Half the loss with SGD is half the learning rate.
+    halved.compile(optimizer=HalvedLoss(keras.optimizers.SGD(0.1)), loss="mse")
+    plain.compile(optimizer=OptimizerWrapper(keras.optimizers.SGD(0.05)), loss="mse")
+    assert isinstance(halved.optimizer, keras.optimizers.LossScaleOptimizer)
+    halved.fit(data, epochs=1, verbose=0, shuffle=False)
+    plain.fit(data, epochs=1, verbose=0, shuffle=False)
+    assert float(halved.optimizer.dynamic_scale.numpy()) == INITIAL_SCALE  # no step skipped
+    for got, want in zip(halved.get_weights(), plain.get_weights()):
+        # Scaling by powers of two is exact; 0.1 * g / 2 and 0.05 * g differ by a float32
+        # rounding, far below float16's epsilon (2**-10). Dropping the halving would make
+        # every update twice as large.
+        np.testing.assert_allclose(got, want, rtol=2**-10, atol=2**-10 * 0.1)
+
+
 def test_a_saved_mixed_float16_model_resumes_with_its_scale_and_sparse_check(tmp_path):
     keras.mixed_precision.set_global_policy("mixed_float16")
     model = make_model()
