@@ -80,9 +80,12 @@ def lookup_sparse(
       over its local shard with one row per unique id (weights get no gradient).
 
     Raises:
-      ValueError: mismatched list lengths, an unknown combiner, non-integer ids, non-2-D inputs.
-      tf.errors.InvalidArgumentError: an id < 0 or >= the table's rows, or a sample longer than
-        its hotness; the message names the table and the value.
+      ValueError: mismatched list lengths, an unknown combiner, non-integer ids, non-2-D inputs,
+        or tables whose ids have different static batch sizes (every table of one call takes
+        the same batch, as in SOK; the message names two of them and their batch sizes).
+      tf.errors.InvalidArgumentError: an id < 0 or >= the table's rows, a sample longer than
+        its hotness, or batch sizes that differ when the batch runs; the message names the
+        tables and the values.
 
     >>> import numpy as np, tensorflow as tf, sok_lite as sok
     >>> v = sok.Variable(np.arange(17 * 3).reshape(17, 3), dtype=tf.float32)
@@ -138,6 +141,9 @@ def lookup_sparse(
         parts = [ids_parts(x, labels[t]) for t, x in enumerate(sp_ids)]
         ids = [p[0] for p in parts]
         splits = [p[1] for p in parts]
+        # Every table of a call takes the same batch (as in SOK): checked before any row is
+        # read or created.
+        checks = _batch_check(sp_ids, splits, labels)
         w = [
             tf.zeros([0], row_dtype(params[t].dtype))
             if weights[t] is None
@@ -149,22 +155,23 @@ def lookup_sparse(
         outputs = [None] * n
         fused = [t for t, v in enumerate(params) if _fused_lookup(v, communicator.num_ranks)]
         rest = [t for t in range(n) if t not in fused]
-        checks = []
         if rest:
 
             def pick(values):
                 return [values[t] for t in rest]
 
-            combined, checks = _deduplicated_lookup(
-                pick(params),
-                pick(ids),
-                pick(splits),
-                pick(w),
-                pick(hot),
-                pick(comb),
-                pick(labels),
-                communicator,
-            )
+            with tf.control_dependencies(checks):
+                combined, unique = _deduplicated_lookup(
+                    pick(params),
+                    pick(ids),
+                    pick(splits),
+                    pick(w),
+                    pick(hot),
+                    pick(comb),
+                    pick(labels),
+                    communicator,
+                )
+            checks = checks + unique
             for t, out in zip(rest, combined):
                 outputs[t] = out
         if n > 1:  # every other table's ids are checked before a hash table stores a key
@@ -175,6 +182,33 @@ def lookup_sparse(
                     ids[t], splits[t], w[t], comb[t], hot[t], labels[t]
                 )
     return outputs[0] if single else outputs
+
+
+def _batch_check(sp_ids, splits, labels) -> list:
+    """Refuses tables fed different batch sizes (SOK's fused lookup, too, takes one batch for
+    every table of a call): from the static shapes where all are known, with no op; else with
+    one assert on the row_splits lengths. Returns the assert, or []."""
+    if len(sp_ids) < 2:
+        return []
+    known = [(t, x.shape[0]) for t, x in enumerate(sp_ids) if x.shape[0] is not None]
+    for t, batch in known[1:]:
+        if batch != known[0][1]:
+            first, first_batch = known[0]
+            raise ValueError(
+                f"{labels[first]} has a batch of {first_batch} samples and {labels[t]} of "
+                f"{batch}: {_SAME_BATCH}"
+            )
+    if len(known) == len(sp_ids):
+        return []
+    batches = [tf.size(s) - 1 for s in splits]
+    stacked = tf.stack(batches)
+    # Assert escapes the quotes of string data: the labels go without them.
+    per_table = [x for label, b in zip(labels, batches) for x in (label.replace("'", ""), b)]
+    same = tf.equal(tf.reduce_min(stacked), tf.reduce_max(stacked))
+    return [tf.debugging.Assert(same, [f"batch sizes differ ({_SAME_BATCH}):"] + per_table)]
+
+
+_SAME_BATCH = "every table of one lookup takes the same batch"
 
 
 def _hotness_check(splits, hotness: int, label: str):

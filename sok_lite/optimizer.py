@@ -156,13 +156,18 @@ def OptimizerWrapper(optimizer):  # noqa: N802 (SOK's name)
     isinstance(x, (sok.keras.OptimizerWrapper, sok_lite.optimizer.TFKerasOptimizerWrapper)).
 
     Args:
-      optimizer: the Keras 3, tf_keras or tf_keras legacy optimizer to wrap.
+      optimizer: the Keras 3, tf_keras or tf_keras legacy optimizer to wrap (an object: for a
+        name such as "adam", pass keras.optimizers.get("adam")).
+
+    Raises:
+      TypeError: optimizer is a name or config dict rather than an optimizer.
 
     >>> import keras, sok_lite as sok
     >>> type(sok.OptimizerWrapper(keras.optimizers.Adam())).__name__
     'OptimizerWrapper'
     """
-    if isinstance(optimizer, keras.optimizers.Optimizer):
+    # A name or config dict (what keras.optimizers.get takes) is refused there, with the fix.
+    if isinstance(optimizer, (keras.optimizers.Optimizer, str, dict)):
         return KerasOptimizerWrapper(optimizer)
     return TFKerasOptimizerWrapper(optimizer)
 

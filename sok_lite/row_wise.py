@@ -46,6 +46,13 @@ def _as_rows(grad, var) -> tf.IndexedSlices:
     name = var.name.split(":")[0]
     if isinstance(grad, tf.IndexedSlices):
         values, indices = grad.values, tf.cast(grad.indices, tf.int64)
+    elif var.keyed:
+        # A dense tensor numbers its rows 0, 1, ...; a keyed table's rows are its keys.
+        raise ValueError(
+            f"gradient of '{name}' is a dense {type(grad).__name__}: a hash table takes a "
+            "tf.IndexedSlices over its keys (as tf.gather, tf.nn.embedding_lookup and "
+            "sok.lookup_sparse give), since a dense gradient's row i is not key i"
+        )
     else:
         values = tf.convert_to_tensor(grad)
         indices = tf.range(tf.shape(values, out_type=tf.int64)[0])

@@ -362,8 +362,10 @@ class EmbeddingCollection(_TableLayer):
     Raises:
       ValueError: for duplicate feature names, features sharing a table that disagree on it, a
         weight_feature that names a feature, a missing feature or weight entry, a list of the
-        wrong length or a list input for weighted features, or weights laid out unlike their
-        ids (see sok_lite.keras.Embedding).
+        wrong length or a list input for weighted features, weights laid out unlike their
+        ids (see sok_lite.keras.Embedding), or features of different batch sizes (as
+        sok_lite.lookup_sparse: tf.errors.InvalidArgumentError when the batch runs if their
+        shapes do not tell).
 
     >>> import tensorflow as tf, sok_lite as sok
     >>> layer = sok.keras.EmbeddingCollection([

@@ -37,7 +37,8 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
       name: the optimizer name; default "sok_lite_" + the wrapped optimizer's name.
 
     Raises:
-      TypeError: if inner_optimizer is not a Keras 3 optimizer.
+      TypeError: if inner_optimizer is not a Keras 3 optimizer (a name such as "adam" or a
+        config dict too: pass keras.optimizers.get("adam")).
       ValueError: if it uses gradient_accumulation_steps, which the row-wise path does not
         apply, or is a LossScaleOptimizer (that one goes around the wrapper instead).
 
@@ -51,6 +52,12 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
 
     def __init__(self, inner_optimizer, name: str | None = None):
         inner_optimizer = unwrap(inner_optimizer)  # already wrapped: wrap once
+        if isinstance(inner_optimizer, (str, dict)):  # what keras.optimizers.get() takes
+            raise TypeError(
+                f"OptimizerWrapper wraps an optimizer object, got {inner_optimizer!r}: pass "
+                f"keras.optimizers.get({inner_optimizer!r}) or an instance such as "
+                "keras.optimizers.Adam()"
+            )
         if not isinstance(inner_optimizer, keras.optimizers.Optimizer):
             raise TypeError(
                 "OptimizerWrapper wraps a keras.optimizers.Optimizer, got "

@@ -1,5 +1,5 @@
 """The tables behind the Keras layers: created from a TableSpec, kept in Keras weight files,
-counted for summary().
+counted for summary(), refused by Keras optimizers that are not wrapped.
 
 A fixed-size table is a sok_lite.Variable; a hash table (input_dim None) a
 sok_lite.DynamicVariable. Keras saves a weight as one dense array, which a hash table does not
@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from sok_lite.comm.shards import shards_of
 from sok_lite.dynamic import DynamicVariable
+from sok_lite.keras._keras_hooks import check_slots_with, count_weights_with
 from sok_lite.keras.features import TableSpec
 from sok_lite.ops import dynamic_ops
 from sok_lite.variable import Variable
@@ -27,6 +28,9 @@ def create_table(spec: TableSpec, name: str, dtype, trainable: bool):
         # A hash table reads SOK's strings ("random", "13") too: it gets names as they are.
         initializer = keras.initializers.get(initializer)
     if spec.hashed:
+        # Keras meets hash tables from now on: count them, and refuse its own slots for them.
+        count_weights_with(hash_table_values)
+        check_slots_with(refuse_keras_slots)
         return DynamicVariable(
             spec.output_dim,
             initializer=initializer,
@@ -90,6 +94,28 @@ def stored_values(weight) -> int:
     shards = shards_of(weight)  # one per local replica under MirroredStrategy
     rows = sum(int(dynamic_ops.size(shard.handle)) for shard in shards)
     return rows * int(shards[0].shape[1])
+
+
+def hash_table_values(weight) -> int | None:
+    """A hash table's values as Keras' weight counts (summary(), count_params()) take them:
+    the rows stored on this process times its dimension (see stored_values); None for any
+    other weight, which Keras counts by its shape."""
+    return stored_values(weight) if _is_hash_table(weight) else None
+
+
+def refuse_keras_slots(optimizer, variable, slot: str | None) -> None:
+    """Refuses a Keras optimizer's own slot for a hash table, which has no fixed shape to give
+    it: the wrapped optimizer keeps its slots beside the table's rows instead."""
+    if not _is_hash_table(variable):
+        return
+    raise ValueError(
+        f"optimizer {optimizer.name!r} ({type(optimizer).__name__}) cannot make its "
+        f"{slot or 'slot'!r} variable for '{variable.name.split(':')[0]}', a hash table "
+        "(sok_lite.DynamicVariable) whose rows come and go with the keys: a plain Keras "
+        "optimizer cannot train it. Wrap the optimizer, "
+        "model.compile(optimizer=sok.OptimizerWrapper(optimizer)), or apply its gradients "
+        "inside sok.OptimizerScope"
+    )
 
 
 def hash_table_names(weights) -> list[str]:

@@ -15,8 +15,8 @@ import sok_lite as sok
 from tests.distributed.launcher import REPO
 
 
-def stored(table) -> dict:
-    keys, values = table.export()
+def stored(table, with_slots: bool = False) -> dict:
+    keys, values = table.export(with_slots=with_slots)
     return dict(zip(keys.numpy().tolist(), values.numpy()))
 
 
@@ -335,6 +335,43 @@ def test_adam_in_optimizer_scope_matches_keras_on_a_dense_copy():
     np.testing.assert_allclose(
         np.stack([rows[k] for k in order]), dense.numpy(), rtol=1e-5, atol=1e-6
     )
+
+
+def _stepper(route: str, optimizer):
+    """apply_gradients of `optimizer` through sok.OptimizerWrapper or inside OptimizerScope."""
+    if route == "wrapper":
+        return sok.OptimizerWrapper(optimizer).apply_gradients
+
+    def step(pairs):
+        with sok.OptimizerScope([v for _, v in pairs]):
+            optimizer.apply_gradients(pairs)
+
+    return step
+
+
+@pytest.mark.parametrize("route", ["wrapper", "scope"])
+def test_a_dense_gradient_for_a_hash_table_is_refused_before_any_update(route):
+    # A plain tensor has no keys: its row i is not key i. Nothing of the step may be applied,
+    # not even the valid gradients given before it.
+    table = sok.DynamicVariable(2, initializer="1", name="hashed_users")
+    static = sok.Variable(np.ones([3, 2]), dtype=tf.float32)
+    optimizer = keras.optimizers.Adam(0.1)
+    keys = tf.constant([0, 1, 2], tf.int64)
+    sparse = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([1], tf.int64))
+    step = _stepper(route, optimizer)
+    # A first step stores slots, so that a change of them would show.
+    step([(sparse, static), (tf.IndexedSlices(tf.ones([3, 2]), keys), table)])
+    before = stored(table, with_slots=True)
+    static_before, step_before = static.numpy(), int(optimizer.iterations)
+    pairs = [(sparse, static), (tf.ones([3, 2]), table)]
+    with pytest.raises(ValueError, match="hashed_users.*IndexedSlices"):
+        step(pairs)
+    after = stored(table, with_slots=True)
+    assert sorted(after) == sorted(before)
+    for key in before:
+        np.testing.assert_array_equal(after[key], before[key])
+    np.testing.assert_array_equal(static.numpy(), static_before)
+    assert int(optimizer.iterations) == step_before
 
 
 def test_several_ranks_gather_and_localized_tables():

@@ -403,6 +403,57 @@ def test_count_params_counts_the_stored_rows():
     assert embedding.count_params() == 2 * DIM
 
 
+def summary_text(model) -> str:
+    lines = []
+    model.summary(print_fn=lambda line, **kwargs: lines.append(line))
+    return "\n".join(lines)
+
+
+def test_model_count_params_and_summary_count_the_stored_rows():
+    model = make_model()
+    table = model.get_layer("features").tables["users"]
+    others = sum(int(np.prod(w.shape)) for w in sok.filter_variables(model.weights)[1])
+    others += 20 * DIM  # the fixed-size table
+    assert model.count_params() == others  # no key stored yet
+    assert f"Total params: {others:,} ({others * 4:,}.00 B)" in summary_text(model)
+    model(batch_inputs(np.random.default_rng(0)))
+    total = others + int(table.size()) * DIM
+    assert total > others and model.count_params() == total
+    assert f"Trainable params: {total:,}" in summary_text(model)
+    fit(compiled(model), dataset(seed=1, steps=1))  # optimizer variables are listed too
+    assert "Optimizer params" in summary_text(model)
+
+
+@pytest.mark.parametrize(
+    "optimizer",
+    ["adam", keras.optimizers.SGD(0.1, momentum=0.9), keras.optimizers.Adagrad()],
+    ids=["adam", "momentum", "adagrad"],
+)
+def test_a_plain_keras_optimizer_is_refused_naming_the_table_and_the_wrapper(optimizer):
+    model = make_model()
+    model.compile(optimizer=optimizer, loss="mse")
+    table = model.get_layer("features").tables["users"]
+    before = rows_by_key(table)
+    with pytest.raises(ValueError, match=r"'users', a hash table.*sok\.OptimizerWrapper\("):
+        fit(model, dataset(seed=0, steps=1))
+    assert rows_by_key(table).keys() == before.keys()
+
+
+def test_collection_features_of_different_batch_sizes_are_refused():
+    layer = EmbeddingCollection(features(), name="features")
+    inputs = batch_inputs(np.random.default_rng(0))
+    inputs["item"] = inputs["item"][:-1]
+    match = rf"users\D*{BATCH}\b.*item\D*{BATCH - 1}\b"
+    with pytest.raises(ValueError, match=match):
+        layer(inputs)
+    ragged = tf.RaggedTensorSpec([None, None], tf.int64, 1)
+    signature = {"user": tf.TensorSpec([None, SLOTS], tf.int64), "item": ragged, "friends": ragged}
+    call = tf.function(layer.__call__, input_signature=[signature])  # batch sizes unknown
+    with pytest.raises(tf.errors.InvalidArgumentError, match=match):
+        call(inputs)
+    assert int(layer.tables["users"].size()) == 0
+
+
 def test_get_weights_of_hash_tables_say_what_to_use_instead():
     model = make_model()
     model(batch_inputs(np.random.default_rng(0)))

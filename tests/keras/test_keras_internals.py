@@ -116,3 +116,31 @@ def test_a_loss_scale_optimizer_still_asks_its_own_check_finite():
     np.testing.assert_array_equal(weight.numpy(), [1.0, 1.0])  # the step was skipped
     assert float(outer.dynamic_scale.numpy()) == 4.0
     assert "check_finite" not in vars(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()))
+
+
+def test_keras_still_counts_weights_and_makes_slots_where_the_hooks_replace_them(monkeypatch):
+    from keras.src.utils import summary_utils
+
+    from sok_lite.keras import _keras_hooks
+
+    # The hooks of this test are undone after it (the process's own stay as they are).
+    monkeypatch.setattr(_keras_hooks, "_installed", set())
+    for name in ("count_params", "weight_memory_size"):
+        monkeypatch.setattr(summary_utils, name, getattr(summary_utils, name))
+    add = keras.optimizers.Optimizer.add_variable_from_reference
+    monkeypatch.setattr(keras.optimizers.Optimizer, "add_variable_from_reference", add)
+    # What count_weights_with replaces: Keras' counts, read from that module when they run.
+    assert summary_utils.count_params([keras.Variable(np.zeros([2, 3]))]) == 6
+    assert summary_utils.weight_memory_size([keras.Variable(np.zeros([2, 3]), dtype="float32")])
+    counted = keras.Variable(np.zeros([4]))
+    _keras_hooks.count_weights_with(lambda w: 100 if w is counted else None)
+    layer = keras.layers.Dense(2)
+    layer.build((None, 3))
+    assert layer.count_params() == 8  # Layer.count_params goes through the module
+    assert summary_utils.count_params([counted] + layer.weights) == 108
+    # What check_slots_with replaces: every built-in optimizer makes its slots through it.
+    made = []
+    _keras_hooks.check_slots_with(lambda opt, var, slot: made.append(slot))
+    keras.optimizers.Adam().build([keras.Variable(np.zeros([2]))])
+    keras.optimizers.SGD(momentum=0.5).build([keras.Variable(np.zeros([2]))])
+    assert made[:2] == ["momentum", "velocity"] and made[2:] == ["momentum"]
