@@ -759,12 +759,9 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         keys, values = self.export()
         keys = comm.current().allgather(tf.cast(keys, tf.int64))
         values = comm.current().allgather(values)
-        index = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(keys, tf.range(tf.size(keys, tf.int64))), -1
-        )
         # A 16-bit table serves its rows in 16 bits (exact: they were widened for the export).
         rows = tf.Variable(tf.cast(values, self.dtype), trainable=False)
-        return ServingTable(rows, index, self._init)
+        return ServingTable.keyed(keys, rows, self._init)
 
     def __repr__(self):
         return (

@@ -108,7 +108,7 @@ sys.modules["sok_lite"] = None  # importing sok_lite would fail: the model must 
 import tensorflow as tf
 values, splits = json.loads(sys.stdin.read())
 serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
-args = {"args_0": tf.constant(values, tf.int64), "args_1": tf.constant(splits, tf.int64)}
+args = {"values": tf.constant(values, tf.int64), "splits": tf.constant(splits, tf.int64)}
 out = list(serve(**args).values())[0]
 print(json.dumps([out.dtype.name, out.numpy().tolist()]))
 """

@@ -1,5 +1,6 @@
 """export_saved_model: the SavedModel serves in a process where sok_lite cannot be imported, with
-the training model's predictions, never-seen hash-table keys included."""
+the training model's predictions, never-seen hash-table keys included; its inputs are named
+after the function's parameters, and a model that would still need sok_lite is refused."""
 
 import json
 import os
@@ -60,11 +61,27 @@ SERVE = """
 import json, sys
 sys.modules["sok_lite"] = None  # importing sok_lite would fail: the model must not need it
 import numpy as np, tensorflow as tf
-inputs = json.loads(sys.stdin.read())
+inputs = json.loads(sys.stdin.read())  # {input name: values}
 serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
-args = {f"args_{i}": tf.constant(v, tf.int64) for i, v in enumerate(inputs)}
+args = {name: tf.constant(v, tf.int64) for name, v in inputs.items()}
 print(json.dumps(list(serve(**args).values())[0].numpy().tolist()))
 """
+
+
+def serve_without_sok_lite(path, inputs):
+    """The first output of the SavedModel at `path` for `inputs` ({input name: values}),
+    computed in a process without sok_lite."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [sys.executable, "-c", SERVE, str(path)],
+        input=json.dumps(inputs),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return np.array(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
 def test_saved_model_serves_without_sok_lite(model, tmp_path):
@@ -76,17 +93,8 @@ def test_saved_model_serves_without_sok_lite(model, tmp_path):
     before = int(tables[2].size())
     expected = predict(*batch).numpy()  # the training model (this inserts the new keys)
     assert int(tables[2].size()) > before, "the test batch must contain unseen keys"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(
-        [sys.executable, "-c", SERVE, str(path)],
-        input=json.dumps([t.numpy().tolist() for t in batch]),
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    served = np.array(json.loads(proc.stdout.strip().splitlines()[-1]))
+    names = ["uv", "us", "iv", "is_", "kv", "ks"]  # predict's parameters
+    served = serve_without_sok_lite(path, {n: t.numpy().tolist() for n, t in zip(names, batch)})
     np.testing.assert_allclose(served, expected, rtol=1e-5, atol=1e-6)
     graph_ops = set()
     loaded = tf.saved_model.load(str(path))
@@ -109,3 +117,81 @@ def test_plain_tf_initializer_equals_the_kernel(init):
     kernel = init(keys, 16, tf.float32).numpy()
     plain = initial_rows(init, keys, 16).numpy()
     np.testing.assert_allclose(plain, kernel, rtol=1e-6, atol=1e-7)
+
+
+def lookup_fn(table, nested=False):
+    """predict(values, splits): the sum of `table`'s rows per sample; with `nested`, the lookup
+    runs in a tf.function of its own (a function of the traced graph's library)."""
+
+    def lookup(values, splits):
+        ids = tf.RaggedTensor.from_row_splits(values, splits)
+        return sok.lookup_sparse(table, ids, combiners="sum")
+
+    inner = tf.function(lookup) if nested else lookup
+
+    def predict(values, splits):
+        return inner(values, splits) * 2.0
+
+    return predict
+
+
+SPLIT_SPEC = [tf.TensorSpec([None], tf.int64)] * 2
+
+
+@pytest.mark.parametrize("how", ["own_call", "nested", "one_call"])
+def test_export_refuses_a_table_missing_from_tables(how, tmp_path):
+    listed = sok.Variable(shape=[5, 2], name="listed_rows")
+    missing = sok.DynamicVariable(2, name="missing_clicks")
+    inner = lookup_fn(missing, nested=how == "nested")
+
+    def predict(values, splits):
+        ids = tf.RaggedTensor.from_row_splits(values, splits)
+        if how == "one_call":
+            return tf.add_n(sok.lookup_sparse([listed, missing], [ids, ids]))
+        return sok.lookup_sparse(listed, ids) + inner(values, splits)
+
+    path = tmp_path / "served"
+    with pytest.raises(ValueError, match=r"op SokLite\w+ .*'missing_clicks'") as refused:
+        sok.export_saved_model(predict, path, SPLIT_SPEC, tables=[listed])
+    assert "listed_rows" not in str(refused.value)
+    assert not path.exists()
+
+
+def test_an_empty_hash_table_serves_initial_rows(tmp_path):
+    init = keras.initializers.RandomUniform(-1.0, 1.0, seed=3)
+    table = sok.DynamicVariable(4, initializer=init, name="empty")
+    predict = lookup_fn(table)
+    assert int(table.size()) == 0
+    sok.export_saved_model(predict, tmp_path / "served", SPLIT_SPEC, tables=[table])
+    values, splits = [7, -(2**40), 7, 12], [0, 3, 3, 4]
+    inputs = {"values": values, "splits": splits}
+    served = serve_without_sok_lite(tmp_path / "served", inputs)
+    # After the export: the training lookup creates the rows the served model computed.
+    expected = predict(tf.constant(values, tf.int64), tf.constant(splits, tf.int64)).numpy()
+    np.testing.assert_allclose(served, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_signature_inputs_are_named_after_the_function(tmp_path):
+    table = sok.Variable(shape=[6, 3], initializer="random_uniform")
+    named = [tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64, name="lengths")]
+    exports = {
+        "params": (lookup_fn(table), SPLIT_SPEC, {"values", "splits"}),
+        "spec_name_wins": (lookup_fn(table), named, {"values", "lengths"}),
+        "varargs": (lambda *a: lookup_fn(table)(*a), SPLIT_SPEC, {"args_0", "args_1"}),
+    }
+    for case, (fn, spec, names) in exports.items():
+        sok.export_saved_model(fn, tmp_path / case, spec, tables=[table])
+        serve = tf.saved_model.load(str(tmp_path / case)).signatures["serving_default"]
+        assert set(serve.structured_input_signature[1]) == names, case
+
+
+def test_a_keras_model_names_its_input_after_the_feature(tmp_path):
+    ids = keras.Input(shape=(3,), dtype="int64", name="query")
+    embedding = sok.keras.Embedding(10, 2, combiner="sum")
+    model = keras.Model(ids, keras.layers.Dense(1)(embedding(ids)))
+    x = tf.constant([[1, 4, 9], [0, 0, 2]], tf.int64)
+    expected = model(x).numpy()
+    spec = [tf.TensorSpec([None, 3], tf.int64)]
+    sok.export_saved_model(model, tmp_path / "served", spec)
+    served = serve_without_sok_lite(tmp_path / "served", {"query": x.numpy().tolist()})
+    np.testing.assert_allclose(served, expected, rtol=1e-6, atol=1e-7)

@@ -365,12 +365,13 @@ def test_exported_saved_model_serves_unseen_keys_without_sok_lite(tmp_path):
     # Half the keys were never seen in training.
     unseen = np.array([11, -(2**50), 2**62 + 9, -123456789], np.int64)
     x = batch_inputs(np.random.default_rng(7), keys=np.concatenate([KEYS, unseen]))
-    args = [x["user"], x["item"].values, x["item"].row_splits]
-    args += [x["friends"].values, x["friends"].row_splits]
+    args = {"user": x["user"], "item_values": x["item"].values}  # predict's parameters
+    args |= {"item_splits": x["item"].row_splits, "friend_values": x["friends"].values}
+    args |= {"friend_splits": x["friends"].row_splits}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(
         [sys.executable, "-c", SERVE, str(tmp_path / "served")],
-        input=json.dumps([a.numpy().tolist() for a in args]),
+        input=json.dumps({name: a.numpy().tolist() for name, a in args.items()}),
         capture_output=True,
         text=True,
         env=env,
@@ -379,7 +380,7 @@ def test_exported_saved_model_serves_unseen_keys_without_sok_lite(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     served = np.array(json.loads(proc.stdout.strip().splitlines()[-1]))
     before = set(rows_by_key(tables[0]))
-    expected = predict(*args).numpy()  # the training model creates the unseen keys' rows
+    expected = predict(**args).numpy()  # the training model creates the unseen keys' rows
     assert set(rows_by_key(tables[0])) - before, "the batch must hold keys training never saw"
     np.testing.assert_allclose(served, expected, rtol=1e-5, atol=1e-6)
 

@@ -380,7 +380,7 @@ def test_export_saved_model_reads_both_tiers(tmp_path):
     sok.export_saved_model(predict, tmp_path / "served", spec, tables=[tiered])
     serve = tf.saved_model.load(str(tmp_path / "served")).signatures["serving_default"]
     ids = data[0]  # every key stored, most of them on disk
-    served = list(serve(args_0=ids.values, args_1=ids.row_splits).values())[0].numpy()
+    served = list(serve(values=ids.values, splits=ids.row_splits).values())[0].numpy()
     expected = sok.lookup_sparse(ram, ids, combiners="sum").numpy()
     np.testing.assert_allclose(served, expected, rtol=1e-6, atol=1e-7)
 
