@@ -20,7 +20,7 @@ from sok_lite.optimizer_rules import rule_for
 from sok_lite.placement import Placement
 from sok_lite.serving import ServingTable
 from sok_lite.storage import Disk, table_dir
-from sok_lite.table_dtypes import HALF_DTYPES, check_table_dtype, rounding_seed
+from sok_lite.table_dtypes import HALF_DTYPES, check_table_dtype, check_value_range, rounding_seed
 from sok_lite.table_kind import TableKind
 
 _table_ids = itertools.count()
@@ -456,9 +456,11 @@ class DynamicVariable(BaseResourceVariable, TableKind):
 
         Returns:
           A dict of ints: rows_ram, rows_disk, bytes_ram, bytes_disk (the tier file's size),
-          ram_budget (None when unbounded), hits (looked-up keys found in RAM), misses
-          (looked-up keys read back from disk), spills (rows moved to disk) and evictions (rows
-          deleted by capacity or evict()), the counters cumulative since creation. bytes_ram
+          ram_budget (None when unbounded), hits (looked-up ids whose key was in RAM when the
+          lookup began), misses (the other looked-up ids: read back from disk, created or not
+          admitted yet; a repeated id counts each time, a failed lookup not at all, alike with
+          or without a disk tier), spills (rows moved to disk) and evictions (rows deleted by
+          capacity or evict()), the counters cumulative since creation. bytes_ram
           counts what the rows take (records, bookkeeping, indexes), allocated 1024 rows at a
           time.
         """
@@ -561,6 +563,9 @@ class DynamicVariable(BaseResourceVariable, TableKind):
                 f"'{self.name}': keys of dtype {keys.dtype.name} for a table keyed "
                 f"by {self._key_dtype.name}"
             )
+        values = check_value_range(
+            values, self.dtype, self._label, "assigned value", self._dimension
+        )
         values = tf.convert_to_tensor(values, tf.float32)
         width = values.shape[-1]
         if not with_slots and width is not None and width != self._dimension:

@@ -531,8 +531,9 @@ def memory_report(tables, optimizer=None) -> MemoryReport:
     Returns:
       A MemoryReport: a list of dicts, one per table, with the keys name, kind ("static" or
       "hash"), rank, rows_ram, rows_disk, bytes_ram, bytes_disk, ram_budget (None: unbounded),
-      hits, misses, spills, evictions, hit_rate (hits / lookups; 1.0 for a table without a
-      disk tier; None before any lookup of a tiered table), slots (per row) and source
+      hits, misses, spills, evictions, hit_rate (hits / (hits + misses): the share of
+      looked-up ids found in RAM; 1.0 for a table without a disk tier before it counts any;
+      None before any lookup of a tiered table), slots (per row) and source
       ("measured" or "estimated"). str() of it is a table.
 
     Raises:

@@ -8,6 +8,7 @@ table asks for bfloat16 slots) and an optimizer step rounds the updated rows bac
 
 import zlib
 
+import numpy as np
 import tensorflow as tf
 
 TABLE_DTYPES = (tf.float32, tf.float64, tf.bfloat16, tf.float16)
@@ -33,6 +34,45 @@ def check_table_dtype(dtype, name: str | None) -> tf.DType:
             f"table '{name or 'Variable'}': dtype {dtype.name} is not supported ({names})"
         )
     return dtype
+
+
+def check_value_range(value, dtype, name: str | None, what: str = "initial value", columns=None):
+    """`value` (array-like or tensor; a callable is not checked), once checked to fit a table
+    stored in `dtype`.
+
+    A float16 table holds magnitudes up to 65,504: a finite value beyond it would be stored as
+    inf, so it is refused (bfloat16 has float32's range, other dtypes are not checked). columns:
+    only the first `columns` of the last axis hold table values (rows with optimizer slots).
+    Eagerly a ValueError names the table and the first such value; in a graph the check runs
+    with the value (tf.errors.InvalidArgumentError).
+    """
+    if tf.as_dtype(dtype) != tf.float16 or value is None or callable(value):
+        return value
+    tensor = value if tf.is_tensor(value) else np.asarray(value)
+    kind = tf.as_dtype(tensor.dtype) if tf.is_tensor(tensor) else None
+    if not (kind.is_floating or kind.is_integer) if kind else tensor.dtype.kind not in "fiu":
+        return value
+    if kind == tf.float16 or tensor.dtype == np.float16:
+        return value  # in range by construction
+    part = tensor[..., :columns] if columns is not None else tensor
+    limit = float(np.finfo(np.float16).max)
+    label = f"table '{name or 'Variable'}'"
+    if not tf.is_tensor(part) or tf.executing_eagerly():
+        flat = np.asarray(part, np.float64).ravel()
+        beyond = np.flatnonzero(np.isfinite(flat) & (np.abs(flat) > limit))
+        if beyond.size:
+            raise ValueError(
+                f"{label}: {what} {float(flat[beyond[0]])!r} is beyond float16's range (largest "
+                f"magnitude {limit:g}) and would be stored as inf"
+            )
+        return value
+    wide = tf.abs(tf.cast(part, tf.float64))
+    largest = tf.reduce_max(tf.where(tf.math.is_finite(wide), wide, tf.zeros_like(wide)))
+    check = tf.debugging.assert_less_equal(
+        largest, tf.constant(limit, tf.float64), f"{label}: {what} beyond float16's range"
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(value)
 
 
 def check_slot_dtype(slot_dtype, table_dtype: tf.DType, name: str | None) -> tf.DType:

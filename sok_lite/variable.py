@@ -23,7 +23,13 @@ from sok_lite.slots import (
     stepped_row_wise,
     updated_since,
 )
-from sok_lite.table_dtypes import check_slot_dtype, check_table_dtype, rounding_seed, row_dtype
+from sok_lite.table_dtypes import (
+    check_slot_dtype,
+    check_table_dtype,
+    check_value_range,
+    rounding_seed,
+    row_dtype,
+)
 from sok_lite.table_kind import TableKind, _row_owner
 
 
@@ -115,7 +121,8 @@ class Variable(ResourceVariable, TableKind):
 
     Raises:
       ValueError: for a table that is not 2-D, an unsupported dtype or slot_dtype (float16
-        slots, 16-bit slots beside a float32 / float64 table), a bad mode or conflicting
+        slots, 16-bit slots beside a float32 / float64 table), an initial value beyond
+        float16's range (magnitude over 65,504) for a float16 table, a bad mode or conflicting
         arguments.
 
     >>> import numpy as np, sok_lite as sok
@@ -136,7 +143,9 @@ class Variable(ResourceVariable, TableKind):
         # Random values are drawn (and default seeds taken) once for the table, not per shard.
         dtype = tf.as_dtype(kwargs.get("dtype", tf.float32))
         if initial_value is not None:
-            initial_value = _global_value(initial_value, dtype)
+            initial_value = _global_value(
+                check_value_range(initial_value, dtype, kwargs.get("name")), dtype
+            )
         elif shape is not None:
             init = _row_initializer(initializer)
             if init is None:
@@ -169,8 +178,15 @@ class Variable(ResourceVariable, TableKind):
             raise ValueError(f"mode {mode!r} names rank {placement.rank} of {num_ranks}")
         # 16-bit tables: values are made in float32 and rounded to nearest once.
         local, global_shape = _local_value(
-            initial_value, shape, initializer, row_dtype(dtype), placement, rank, num_ranks
+            check_value_range(initial_value, dtype, name),
+            shape,
+            initializer,
+            row_dtype(dtype),
+            placement,
+            rank,
+            num_ranks,
         )
+        check_value_range(local, dtype, name)  # values an initializer made
         local = tf.cast(local, dtype)
         super().__init__(initial_value=local, trainable=trainable, name=name, dtype=dtype)
         self._global_shape = global_shape
@@ -368,7 +384,12 @@ class Variable(ResourceVariable, TableKind):
     def export_rows(self):
         return self.held_ids(), tf.convert_to_tensor(self)
 
+    def assign(self, value, use_locking=None, name=None, read_value=True):
+        value = check_value_range(value, self.dtype, _name(self), "assigned value")
+        return super().assign(value, use_locking, name, read_value)
+
     def assign_rows(self, ids, values) -> None:
+        values = check_value_range(values, self.dtype, _name(self), "assigned value")
         keys = tf.cast(tf.reshape(tf.convert_to_tensor(ids), [-1]), tf.int64)
         values = tf.reshape(tf.cast(values, self.dtype), [-1, self.shape[1]])
         communicator = comm.current()

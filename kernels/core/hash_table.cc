@@ -134,7 +134,6 @@ std::string HashTable::MakeRoom(int64_t needed, const Runner& run, const std::ve
 
 std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const Runner& run) {
   ++step_;
-  if (!tier_) counters_.hits += n;
   const int64_t dim = config_.dim;
   // Probe in parallel (a key may repeat: see MarkSeen).
   std::vector<int64_t> rows(n);
@@ -146,6 +145,7 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
   for (int64_t i = 0; i < n; ++i) {
     if (rows[i] < 0) missing.push_back(i);
   }
+  const int64_t missed = missing.size();  // counted once the lookup succeeds
   std::string problem = tier_ ? FetchMissing(keys, n, &missing, run) : "";
   if (!problem.empty()) return problem;
   problem = AdmitMissing(keys, &missing, run);
@@ -170,6 +170,7 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
       }
     }
   });
+  CountLookup(n, missed);
   return "";
 }
 

@@ -53,10 +53,13 @@ struct TableConfig {
   std::function<void(const std::string&)> warn;
 };
 
-// Counters of MemoryStats, cumulative since creation.
+// Counters of MemoryStats, cumulative since creation. hits and misses count the ids of the
+// lookups that succeed (Lookup, LookupCombine; a repeated id counts each time), the same way with
+// or without a disk tier: hits + misses = ids looked up. A failed lookup counts nothing;
+// optimizer steps and assigns count nothing.
 struct TableCounters {
-  int64_t hits = 0;       // looked-up keys found in RAM
-  int64_t misses = 0;     // looked-up keys read back from disk
+  int64_t hits = 0;       // looked-up ids whose key was in RAM when the lookup began
+  int64_t misses = 0;     // the others: keys read back from disk, created, or not admitted yet
   int64_t spills = 0;     // rows moved from RAM to disk
   int64_t evictions = 0;  // rows deleted by capacity or EvictUnseen
 };
@@ -218,10 +221,14 @@ class HashTable {
   std::string FetchFromTier(const int64_t* keys, int64_t n, bool spare_seen, const Runner& run);
   // Disk tier, in a lookup of keys[0, n) whose ids at positions *missing (sorted) were not in
   // RAM (the others are marked seen): reads the rows of those on disk back to RAM, marked seen,
-  // counts the lookup's hits and misses, and leaves in *missing the positions of keys stored
-  // nowhere.
+  // and leaves in *missing the positions of keys stored nowhere.
   std::string FetchMissing(const int64_t* keys, int64_t n, std::vector<int64_t>* missing,
                            const Runner& run);
+  // Adds a successful lookup of n ids, `missed` of them not in RAM, to the counters.
+  void CountLookup(int64_t n, int64_t missed) {
+    counters_.hits += n - missed;
+    counters_.misses += missed;
+  }
   // Reads the rows of on_disk (distinct keys) back into RAM, making room first (keep,
   // spare_seen: see Spill); mark_seen: they count as seen in this lookup step.
   std::string ReadBack(const std::vector<int64_t>& on_disk, const std::vector<int64_t>& keep,

@@ -48,7 +48,6 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
                                      bool stream_out, const Runner& run) {
   ++step_;
   const int64_t ids = row_splits[batch] - row_splits[0];
-  if (!tier_) counters_.hits += ids;
   const int64_t dim = config_.dim;
   const uint64_t mask = slots_.size() - 1;
   std::mutex mu;
@@ -136,9 +135,10 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
     }
   }
   if (missing.empty()) {
-    if (tier_) counters_.hits += ids;
+    CountLookup(ids, 0);
     return "";
   }
+  const int64_t missed = missing.size();  // counted once the lookup succeeds
   // Samples holding a missing id, found before AdmitMissing sorts the positions by key.
   std::sort(missing.begin(), missing.end());
   std::vector<int64_t> redo;
@@ -164,6 +164,7 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
     for (int64_t j = j0; j < j1; ++j) combine_sample(redo[j], row_of, acc.data());
     if (stream_out) StreamFence();
   });
+  CountLookup(ids, missed);
   return "";
 }
 

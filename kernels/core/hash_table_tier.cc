@@ -192,20 +192,16 @@ std::string HashTable::FetchMissing(const int64_t* keys, int64_t n, std::vector<
     return keys[a] < keys[b] || (keys[a] == keys[b] && a < b);
   });
   std::vector<int64_t> on_disk, rest;
-  int64_t missed = 0;  // ids (repeats counted) read back
   for (size_t j = 0; j < by_key.size();) {
     size_t k = j + 1;
     while (k < by_key.size() && keys[by_key[k]] == keys[by_key[j]]) ++k;
     if (tier_->Contains(keys[by_key[j]])) {
       on_disk.push_back(keys[by_key[j]]);
-      missed += k - j;
     } else {
       rest.insert(rest.end(), by_key.begin() + j, by_key.begin() + k);
     }
     j = k;
   }
-  counters_.hits += n - static_cast<int64_t>(missing->size());
-  counters_.misses += missed;
   std::sort(rest.begin(), rest.end());
   *missing = std::move(rest);
   return ReadBack(on_disk, {}, true, true, run);

@@ -38,6 +38,13 @@ class DynamicLookupCombineOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     const std::string label = DynamicTableLabel(name_);
+    // The table before the ids, even for an empty batch (its row width never changes).
+    tensorflow::core::RefCountPtr<DynamicTableResource> t;
+    OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, 0), &t));
+    const int64_t dim = t->table.config().dim;
+    OP_REQUIRES(
+        ctx, dim == dim_,
+        errors::InvalidArgument(label, ": rows have ", dim, " columns, the lookup expects ", dim_));
     for (int i = 1; i <= 3; ++i) OP_REQUIRES_OK(ctx, RankInput(ctx, i, 1));
     const Tensor& ids = ctx->input(1);
     const Tensor& splits = ctx->input(2);
@@ -66,13 +73,7 @@ class DynamicLookupCombineOp : public OpKernel {
                   });
     }
 
-    tensorflow::core::RefCountPtr<DynamicTableResource> t;
-    OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, 0), &t));
     tensorflow::mutex_lock lock(t->mu);
-    const int64_t dim = t->table.config().dim;
-    OP_REQUIRES(
-        ctx, dim == dim_,
-        errors::InvalidArgument(label, ": rows have ", dim, " columns, the lookup expects ", dim_));
     TensorShape shape;
     OP_REQUIRES_OK(ctx, SafeShape({batch, dim}, &shape));
     Tensor* out = nullptr;

@@ -49,6 +49,17 @@ absl::Status PartitionByOwnerFunctor<CPUDevice>::Compute(
 }
 
 template <>
+absl::Status PeerHashTableCheck<CPUDevice>::Run(OpKernelContext* ctx, int t,
+                                                const std::string& label, int64_t dim) {
+  tensorflow::core::RefCountPtr<DynamicTableResource> table;
+  TF_RETURN_IF_ERROR(LookupResource(ctx, HandleFromInput(ctx, t), &table));
+  if (table->table.config().dim != dim) {  // the configuration never changes
+    return errors::InvalidArgument(label, ": dimension mismatch");
+  }
+  return absl::OkStatus();
+}
+
+template <>
 absl::Status IdMessageParser<CPUDevice>::Parse(OpKernelContext* ctx, int first, int64_t num_tables,
                                                ParsedIds* parsed) {
   const tensorflow::Tensor& message = ctx->input(first);

@@ -7,12 +7,14 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/core/exchange.h"
 #include "kernels/tf/device.h"
 #include "kernels/tf/input_checks.h"
 #include "kernels/tf/kernel_args.h"
+#include "kernels/tf/table_dtype.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -179,6 +181,14 @@ class PartitionByOwnerOp : public tensorflow::OpKernel {
   std::vector<Owner> owners_;
 };
 
+// Checks, before any request is read, that hash table t (input t) is a table of this device
+// with rows of `dim` columns.
+template <typename Device>
+struct PeerHashTableCheck {
+  static absl::Status Run(tensorflow::OpKernelContext* ctx, int t, const std::string& label,
+                          int64_t dim);
+};
+
 template <typename Device, typename T>
 class GatherForPeersOp : public tensorflow::OpKernel {
  public:
@@ -191,19 +201,16 @@ class GatherForPeersOp : public tensorflow::OpKernel {
   void Compute(tensorflow::OpKernelContext* ctx) override {
     namespace errors = ::tensorflow::errors;
     const int num_tables = num_inputs() - 2;
-    const int64_t num_ranks = ctx->input(num_tables + 1).NumElements();
-    ParsedIds parsed;
-    OP_REQUIRES_OK(ctx, IdMessageParser<Device>::Parse(ctx, num_tables, num_tables, &parsed));
     OP_REQUIRES_OK(ctx, CheckDims(dims_, num_tables));
     OP_REQUIRES(ctx, static_cast<int>(dynamic_.size()) == num_tables,
                 errors::InvalidArgument("dynamic needs one entry per table"));
+    // Every table (kind, dtype, shape) before the message, even an empty one.
     PeerTables tables{names_, dims_, dynamic_, {}};
     tables.vars.resize(num_tables);
-    for (int t = 0; t < num_tables; ++t) {
-      if (!dynamic_[t]) {
-        OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, t), &tables.vars[t]));
-      }
-    }
+    for (int t = 0; t < num_tables; ++t) OP_REQUIRES_OK(ctx, CheckTableInput(ctx, &tables, t));
+    const int64_t num_ranks = ctx->input(num_tables + 1).NumElements();
+    ParsedIds parsed;
+    OP_REQUIRES_OK(ctx, IdMessageParser<Device>::Parse(ctx, num_tables, num_tables, &parsed));
     std::vector<int64_t> offsets;
     VectorOffsets(parsed.count, dims_, num_ranks, &offsets);
     tensorflow::Tensor *vectors, *vector_splits;
@@ -222,6 +229,24 @@ class GatherForPeersOp : public tensorflow::OpKernel {
   }
 
  private:
+  // Table t of the op: a hash table of this device (T float32), or a variable holding
+  // initialized [rows, dims[t]] values that rows of T are read from (tables.vars[t]).
+  static absl::Status CheckTableInput(tensorflow::OpKernelContext* ctx, PeerTables* tables, int t) {
+    if (tables->dynamic[t]) {
+      if (!std::is_same_v<T, float>) {
+        return tensorflow::errors::InvalidArgument(tables->Label(t),
+                                                   ": hash tables hold float32 rows");
+      }
+      return PeerHashTableCheck<Device>::Run(ctx, t, tables->Label(t), tables->dims[t]);
+    }
+    TF_RETURN_IF_ERROR(LookupResource(ctx, HandleFromInput(ctx, t), &tables->vars[t]));
+    tensorflow::tf_shared_lock lock(*tables->vars[t]->mu());
+    return ForTableType<Device, T>(
+        tables->vars[t]->tensor()->dtype(), tables->Label(t), [&](auto stored) -> absl::Status {
+          return CheckPeerTable<typename decltype(stored)::type>(*tables, t);
+        });
+  }
+
   std::vector<std::string> names_;
   std::vector<int64_t> dims_;
   std::vector<bool> dynamic_;

@@ -188,21 +188,31 @@ class GatherRowsOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ctx->input_list("indices", &indices));
     tensorflow::OpOutputList rows_out;
     OP_REQUIRES_OK(ctx, ctx->output_list("rows", &rows_out));
+    // Every table (kind, dtype, shape) before any indices, even empty ones.
+    std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>> vars(handles.size());
     for (int t = 0; t < handles.size(); ++t) {
       const std::string label = TableLabel(names_, t);
-      tensorflow::core::RefCountPtr<tensorflow::Var> var;
-      OP_REQUIRES_OK(ctx,
-                     LookupResource(ctx, handles[t].flat<tensorflow::ResourceHandle>()(0), &var));
+      OP_REQUIRES_OK(
+          ctx, LookupResource(ctx, handles[t].flat<tensorflow::ResourceHandle>()(0), &vars[t]));
+      tensorflow::tf_shared_lock lock(*vars[t]->mu());
+      OP_REQUIRES_OK(ctx, ForTableType<Device, T>(vars[t]->tensor()->dtype(), label,
+                                                  [&](auto stored) -> absl::Status {
+                                                    using Stored = typename decltype(stored)::type;
+                                                    return CheckTable<Stored>(vars[t].get(), label);
+                                                  }));
+    }
+    for (int t = 0; t < handles.size(); ++t) {
+      const std::string label = TableLabel(names_, t);
+      tensorflow::Var* var = vars[t].get();
       // Rows are read in place under a shared lock, as ResourceGather does: no dense copy of the
       // table, and the variable is not switched to copy-on-read mode. Later writers on the GPU
       // run on the same stream.
       tensorflow::tf_shared_lock lock(*var->mu());
-      OP_REQUIRES_OK(
-          ctx,
-          ForTableType<Device, T>(var->tensor()->dtype(), label, [&](auto stored) -> absl::Status {
-            using Stored = typename decltype(stored)::type;
-            return Gather<Stored>(ctx, var.get(), indices[t], label, t, &rows_out);
-          }));
+      OP_REQUIRES_OK(ctx, ForTableType<Device, T>(
+                              var->tensor()->dtype(), label, [&](auto stored) -> absl::Status {
+                                using Stored = typename decltype(stored)::type;
+                                return Gather<Stored>(ctx, var, indices[t], label, t, &rows_out);
+                              }));
     }
   }
 

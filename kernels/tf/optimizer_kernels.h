@@ -81,6 +81,19 @@ class SparseApplyOp : public tensorflow::OpKernel {
     const Tensor& grads = ctx->input(num_slots + 2);
     const Tensor& hyper_t = ctx->input(num_slots + 3);  // host memory on either device
     const std::string label = "variable '" + name_ + "'";
+    // The variable and its slots (kind, dtype, shape) before the gradients, even empty ones;
+    // checked again under the exclusive locks of the update.
+    std::vector<tensorflow::core::RefCountPtr<Var>> vars(num_slots + 1);
+    for (int i = 0; i <= num_slots; ++i) {
+      OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, i), &vars[i]));
+    }
+    const std::vector<Var*> order = LockOrder(vars);
+    bool bf16_slots = false;
+    {
+      std::vector<std::unique_ptr<tensorflow::tf_shared_lock>> locks;
+      for (Var* v : order) locks.push_back(std::make_unique<tensorflow::tf_shared_lock>(*v->mu()));
+      OP_REQUIRES_OK(ctx, CheckVars(vars, label, &bf16_slots));
+    }
     OptimizerHyper hyper;
     OP_REQUIRES_OK(ctx, ReadOptimizerHyper(hyper_t, kind_, num_slots, label, &hyper));
     int64_t step = 0;
@@ -96,39 +109,14 @@ class SparseApplyOp : public tensorflow::OpKernel {
     Functor rows;
     OP_REQUIRES_OK(ctx, rows.Unique(ctx, indices, grads, dim));
 
-    std::vector<tensorflow::core::RefCountPtr<Var>> vars(num_slots + 1);
-    for (int i = 0; i <= num_slots; ++i) {
-      OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, i), &vars[i]));
-    }
     // Lock every variable exclusively, in address order so that concurrent steps cannot deadlock.
-    std::vector<Var*> order;
-    for (auto& v : vars) order.push_back(v.get());
-    std::sort(order.begin(), order.end());
-    order.erase(std::unique(order.begin(), order.end()), order.end());
     std::vector<std::unique_ptr<tensorflow::mutex_lock>> locks;
     for (Var* v : order) locks.push_back(std::make_unique<tensorflow::mutex_lock>(*v->mu()));
-
-    OP_REQUIRES_OK(ctx, ForTableType<Device, T>(vars[0]->tensor()->dtype(), label,
-                                                [&](auto stored) -> absl::Status {
-                                                  using Stored = typename decltype(stored)::type;
-                                                  return CheckTable<Stored>(vars[0].get(), label);
-                                                }));
+    OP_REQUIRES_OK(ctx, CheckVars(vars, label, &bf16_slots));
     const tensorflow::TensorShape shape = vars[0]->tensor()->shape();
     OP_REQUIRES(ctx, shape.dim_size(1) == dim,
                 errors::InvalidArgument(label, ": gradient rows have ", dim, " columns, the ",
                                         "variable ", shape.dim_size(1)));
-    // Slots hold T, or bfloat16 beside a 16-bit table of float32 rows (all slots alike).
-    const bool half_table = vars[0]->tensor()->dtype() != tensorflow::DataTypeToEnum<T>::v();
-    const bool bf16_slots =
-        half_table && num_slots > 0 && vars[1]->tensor()->dtype() == tensorflow::DT_BFLOAT16;
-    for (int i = 1; i <= num_slots; ++i) {
-      const std::string slot_label = label + " slot " + std::to_string(i - 1);
-      OP_REQUIRES_OK(ctx, bf16_slots ? CheckTable<Eigen::bfloat16>(vars[i].get(), slot_label)
-                                     : CheckTable<T>(vars[i].get(), slot_label));
-      OP_REQUIRES(ctx, vars[i]->tensor()->shape() == shape,
-                  errors::InvalidArgument(label, ": slot ", i - 1, " has shape ",
-                                          vars[i]->tensor()->shape().DebugString()));
-    }
     bool bad = false;
     int64_t r = 0;
     OP_REQUIRES_OK(ctx, rows.FirstBadRow(ctx, shape.dim_size(0), &bad, &r));
@@ -170,6 +158,44 @@ class SparseApplyOp : public tensorflow::OpKernel {
   }
 
  private:
+  // The distinct variables, in address order.
+  static std::vector<tensorflow::Var*> LockOrder(
+      const std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>>& vars) {
+    std::vector<tensorflow::Var*> order;
+    for (auto& v : vars) order.push_back(v.get());
+    std::sort(order.begin(), order.end());
+    order.erase(std::unique(order.begin(), order.end()), order.end());
+    return order;
+  }
+
+  // Under the variables' locks: vars[0] an initialized 2-D table of T (or, T float32, of 16 bits)
+  // and each slot of its shape, holding T or bfloat16 beside a 16-bit table (all slots alike:
+  // *bf16_slots).
+  static absl::Status CheckVars(
+      const std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>>& vars,
+      const std::string& label, bool* bf16_slots) {
+    const int num_slots = static_cast<int>(vars.size()) - 1;
+    TF_RETURN_IF_ERROR(ForTableType<Device, T>(vars[0]->tensor()->dtype(), label,
+                                               [&](auto stored) -> absl::Status {
+                                                 using Stored = typename decltype(stored)::type;
+                                                 return CheckTable<Stored>(vars[0].get(), label);
+                                               }));
+    const tensorflow::TensorShape shape = vars[0]->tensor()->shape();
+    const bool half_table = vars[0]->tensor()->dtype() != tensorflow::DataTypeToEnum<T>::v();
+    *bf16_slots =
+        half_table && num_slots > 0 && vars[1]->tensor()->dtype() == tensorflow::DT_BFLOAT16;
+    for (int i = 1; i <= num_slots; ++i) {
+      const std::string slot_label = label + " slot " + std::to_string(i - 1);
+      TF_RETURN_IF_ERROR(*bf16_slots ? CheckTable<Eigen::bfloat16>(vars[i].get(), slot_label)
+                                     : CheckTable<T>(vars[i].get(), slot_label));
+      if (vars[i]->tensor()->shape() != shape) {
+        return tensorflow::errors::InvalidArgument(label, ": slot ", i - 1, " has shape ",
+                                                   vars[i]->tensor()->shape().DebugString());
+      }
+    }
+    return absl::OkStatus();
+  }
+
   OptimizerKind kind_;
   std::string name_;
   HalfRounding rounding_;  // seed and row numbering; the format and step come per call

@@ -5,6 +5,7 @@
 // its split sizes are in host memory.
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "kernels/tf/exchange_kernels.h"
 #include "kernels/tf/table_dtype.h"
 #include "kernels/tf_gpu/dynamic_peers_gpu.h"
+#include "kernels/tf_gpu/dynamic_table_gpu.h"
 #include "kernels/tf_gpu/gpu_util.h"
 #include "kernels/tf_gpu/id_message.h"
 #include "kernels/tf_gpu/segment_checks.h"
@@ -24,6 +26,17 @@ using ::tensorflow::DEVICE_GPU;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::Var;
+
+template <>
+absl::Status PeerHashTableCheck<GPUDevice>::Run(OpKernelContext* ctx, int t,
+                                                const std::string& label, int64_t dim) {
+  tensorflow::core::RefCountPtr<DynamicTableGpuResource> table;
+  TF_RETURN_IF_ERROR(LookupDeviceTable(ctx, t, &table));
+  tensorflow::tf_shared_lock lock(table->mu);
+  if (table->dim() != dim)
+    return tensorflow::errors::InvalidArgument(label, ": dimension mismatch");
+  return absl::OkStatus();
+}
 
 template <>
 absl::Status IdMessageParser<GPUDevice>::Parse(OpKernelContext* ctx, int first, int64_t num_tables,

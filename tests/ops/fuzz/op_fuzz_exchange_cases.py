@@ -159,11 +159,17 @@ def partition_by_owner(draw):
 
 
 def _serves(handle: dict, dynamic: bool, dtype: str) -> bool:
-    """Whether GatherForPeers can read rows of this dtype from the handle."""
+    """Whether GatherForPeers can read rows of this dtype from the handle: a hash table's
+    float32 rows, or a 2-D variable of the dtype (float32 rows also from a 16-bit variable,
+    widened as they are read)."""
     if handle["resource"] == "table":
         return dynamic and dtype == "float32"
     well_formed = handle["resource"] == "variable" and len(handle["shape"]) == 2
-    return well_formed and handle["dtype"] == dtype and not dynamic
+    return well_formed and _row_dtype(handle["dtype"]) == dtype and not dynamic
+
+
+def _row_dtype(dtype: str) -> str:
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
 
 
 @st.composite
@@ -199,7 +205,7 @@ def gather_for_peers(draw):
     else:
         for s, (first, count) in enumerate(segments):
             h, ids = handles[s % n_tables], message[first : first + count]
-            if h["resource"] == "variable" and len(h["shape"]) == 2 and h["dtype"] == dtype:
+            if _serves(h, False, dtype):
                 if ((ids < 0) | (ids >= h["shape"][0])).any():
                     invalid = "a row out of range"
 
