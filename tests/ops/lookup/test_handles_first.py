@@ -71,11 +71,12 @@ def test_gather_rows_checks_every_table_before_any_indices():
 def test_sparse_apply_checks_the_variable_before_the_gradients():
     table = tf.Variable(tf.zeros([3, 2], tf.int32))
     hyper = np.array([0.1, 0.0], np.float64)
-    for grads in (np.zeros([0, 2], np.float32), np.zeros([1, 5], np.float32)):  # empty, wrong
+    # No gradient rows; two gradient rows for one index; a hyper vector too short.
+    for rows, hyper_ in ((0, hyper), (2, hyper), (1, hyper[:1])):
+        grads = np.zeros([rows, 2], np.float32)
+        indices = np.zeros([min(rows, 1)], np.int64)
         with pytest.raises(tf.errors.InvalidArgumentError, match="variable dtype int32"):
-            sparse_apply(
-                table.handle, [], np.array([0], np.int64)[: len(grads)], grads, hyper, "sgd"
-            )
+            sparse_apply(table.handle, [], indices, grads, hyper_, "sgd")
 
 
 def test_dynamic_lookup_combine_checks_the_table_before_the_ids():
