@@ -11,13 +11,13 @@ import hashlib
 import json
 import os
 import pathlib
-import shutil
 
 import numpy as np
 import tensorflow as tf
 
-from sok_lite import comm
+from sok_lite import comm, dump_target
 from sok_lite.optimizer_rules import rule_for, unwrap
+from sok_lite.staging import SwappedRows
 from sok_lite.table_kind import TableKind
 
 FORMAT = "sok_lite.checkpoint"
@@ -76,7 +76,8 @@ def dump(path, variables, optimizer=None, since_step: int | None = None) -> None
     checkpoint at `path` as it was).
 
     Args:
-      path: the checkpoint directory (created; replaced if it exists).
+      path: the checkpoint directory: created, or replacing an empty directory or a previous
+        checkpoint (one holding only the files a dump writes); anything else is refused.
       variables: sok_lite.Variable / DynamicVariable tables.
       optimizer: the Keras optimizer (or a sok_lite wrapper of one) whose slots and iterations
         to save: the row-wise slots of tables it stepped under OptimizerScope, else the slots
@@ -86,7 +87,8 @@ def dump(path, variables, optimizer=None, since_step: int | None = None) -> None
 
     Raises:
       ValueError: since_step without an optimizer, or for a table Keras applied itself (its
-        changed rows are not recorded).
+        changed rows are not recorded); a `path` (or `<path>.tmp`) that is not sok_lite's to
+        replace. On any error nothing at `path` changes and no `<path>.tmp` is left.
     """
     if since_step is not None and optimizer is None:
         raise ValueError("an incremental dump (since_step) needs the optimizer")
@@ -96,13 +98,28 @@ def dump(path, variables, optimizer=None, since_step: int | None = None) -> None
     optimizer = unwrap(optimizer)
     metas = [_table_meta(v, optimizer) for v in variables]  # refuses a non-table first
     communicator = comm.current()
-    rank = communicator.rank
     final = pathlib.Path(path)
-    tmp = final.with_name(final.name + ".tmp")
-    if rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+    dump_target.check_target(final, FORMAT)  # every rank, before any changes: all refuse alike
+    tmp = dump_target.staging_path(final)
     _barrier(communicator)
+    if communicator.rank == 0:
+        dump_target.make_staging(tmp)
+    _barrier(communicator)
+    try:
+        _write_shards(tmp, variables, metas, optimizer, since_step, communicator.rank)
+        _barrier(communicator)
+        if communicator.rank == 0:
+            _write_manifest(tmp, metas, optimizer, iterations, since_step, communicator)
+            dump_target.replace(tmp, final)
+    except BaseException:
+        if communicator.rank == 0 and tmp.exists():
+            dump_target.remove_dump_dir(tmp)  # the incomplete dump, never a complete one
+        raise
+    _barrier(communicator)
+
+
+def _write_shards(tmp, variables, metas, optimizer, since_step, rank) -> None:
+    """Writes this rank's rows of every table, and rank<r>.json listing its files."""
     files = {}
     for t, var in enumerate(variables):
         chunks = var.checkpoint_chunks(optimizer, since_step, CHUNK_ROWS)
@@ -123,31 +140,26 @@ def dump(path, variables, optimizer=None, since_step: int | None = None) -> None
         files[rows_file.name].update(rows=count, width=width, table=t, rank=rank)
         files[ids_file.name].update(rows=count, table=t, rank=rank)
     (tmp / f"rank{rank}.json").write_text(json.dumps(files))
-    _barrier(communicator)
-    if rank == 0:
-        manifest = {
-            "format": FORMAT,
-            "version": VERSION,
-            "world_size": communicator.num_ranks,
-            "optimizer": None if optimizer is None else type(optimizer).__name__,
-            "iterations": iterations,
-            "since_step": since_step,
-            "tables": metas,
-            "files": {},
-        }
-        for r in range(communicator.num_ranks):
-            manifest["files"].update(json.loads((tmp / f"rank{r}.json").read_text()))
-        with open(tmp / "manifest.json", "w") as f:
-            json.dump(manifest, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        old = final.with_name(final.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        if final.exists():
-            final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-    _barrier(communicator)
+
+
+def _write_manifest(tmp, metas, optimizer, iterations, since_step, communicator) -> None:
+    """The manifest, written last: a directory without one is not a complete checkpoint."""
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "world_size": communicator.num_ranks,
+        "optimizer": None if optimizer is None else type(optimizer).__name__,
+        "iterations": iterations,
+        "since_step": since_step,
+        "tables": metas,
+        "files": {},
+    }
+    for r in range(communicator.num_ranks):
+        manifest["files"].update(json.loads((tmp / f"rank{r}.json").read_text()))
+    with open(tmp / "manifest.json", "w") as f:
+        json.dump(manifest, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _read_manifest(final: pathlib.Path) -> dict:
@@ -350,12 +362,34 @@ def load(path, variables, optimizer=None) -> None:
             rows[var.local_ids(inc_ids, communicator.num_ranks)] = inc_rows
         prepared.append([(ids, rows)])
 
-    # Everything is checked: now assign, streaming keyed tables' files a piece at a time.
+    # Everything that can be checked from the files is: now stage every table (a hash table's
+    # files are streamed into a staging table a piece at a time), then commit them all. A
+    # failure before the commit changes nothing; one during it undoes the tables committed.
     iterations = manifests[-1].get("iterations")
-    for t, var in enumerate(variables):
-        pieces = prepared[t]
-        if pieces is None:
-            pieces = _chain_pieces(paths, manifests, t, var, widths[t], communicator)
-        var.checkpoint_restore(pieces, optimizer, iterations)
-    if step_counter is not None and iterations is not None:
-        step_counter.assign(iterations)
+    staged = []
+    try:
+        for t, var in enumerate(variables):
+            pieces = prepared[t]
+            if pieces is None:
+                pieces = _chain_pieces(paths, manifests, t, var, widths[t], communicator)
+            staged.append(var.checkpoint_stage(pieces, optimizer, iterations))
+        _commit(staged, step_counter, iterations)
+    finally:
+        for s in staged:
+            s.discard()
+
+
+def _commit(staged, step_counter, iterations) -> None:
+    """Commits staged tables (hash tables first: their swaps are the steps that can fail),
+    then the optimizer's step; undoes every commit made if one fails."""
+    done = []
+    try:
+        for s in sorted(staged, key=lambda s: not isinstance(s, SwappedRows)):
+            s.commit()
+            done.append(s)
+        if step_counter is not None and iterations is not None:
+            step_counter.assign(iterations)
+    except BaseException:
+        for s in reversed(done):
+            s.undo()
+        raise

@@ -19,7 +19,8 @@ from sok_lite.ops import dynamic_ops
 from sok_lite.optimizer_rules import rule_for
 from sok_lite.placement import Placement
 from sok_lite.serving import ServingTable
-from sok_lite.storage import Disk, table_dir
+from sok_lite.staging import ReplayedRows, StagedRows, SwappedRows
+from sok_lite.storage import Disk, release_when_deleted, table_dir
 from sok_lite.table_dtypes import HALF_DTYPES, check_table_dtype, check_value_range, rounding_seed
 from sok_lite.table_kind import TableKind
 
@@ -279,20 +280,20 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         cpu_only = per_rank > 0 or min_count > 1 or dtype in HALF_DTYPES or bool(tier_path)
         # From the name every rank gives the table: the same draws on any rank.
         seed = rounding_seed(name, [None, dimension])
+        # Kept to create a staging table configured alike (checkpoint loads swap one in).
+        create_args = dict(
+            dim=dimension,
+            init=init,
+            capacity=per_rank,
+            policy=evict_policy,
+            min_count=min_count,
+            ram_budget=ram_budget,
+            storage_dtype=dtype,
+            rounding_seed=seed,
+        )
         with tf.init_scope():
             with tf.device(_host_device()) if cpu_only else contextlib.nullcontext():
-                handle = dynamic_ops.create_table(
-                    shared_name,
-                    dimension,
-                    init,
-                    per_rank,
-                    evict_policy,
-                    min_count,
-                    tier_path,
-                    ram_budget,
-                    storage_dtype=dtype,
-                    rounding_seed=seed,
-                )
+                handle = dynamic_ops.create_table(shared_name, tier_path=tier_path, **create_args)
         super().__init__(
             trainable=trainable,
             shape=tf.TensorShape([None, dimension]),
@@ -304,6 +305,10 @@ class DynamicVariable(BaseResourceVariable, TableKind):
             in_graph_mode=False,
         )
         self._dimension = dimension
+        self._create_args = create_args
+        self._tier_path = tier_path
+        if tier_path:
+            release_when_deleted(self, tier_path, handle)
         self._rounding_seed = seed
         self._key_dtype = key_dtype
         self._capacity = capacity
@@ -615,6 +620,21 @@ class DynamicVariable(BaseResourceVariable, TableKind):
             ),
         ]
         checks = [c for c in checks if c is not None]  # eager asserts return None
+        if tf.executing_eagerly() and self._on_host():
+            # Built aside and swapped in: a replacement that fails part-way (a disk tier
+            # that fills up) leaves the table as it was.
+            staged = SwappedRows(
+                self,
+                self._new_staging_table,
+                lambda handle: dynamic_ops.assign(
+                    handle, keys, rows, with_slots=True, table_name=f"dynamic table '{self._label}'"
+                ),
+            )
+            try:
+                staged.commit()
+            finally:
+                staged.discard()
+            return None
         with tf.control_dependencies(checks):
             cleared = dynamic_ops.clear(self.handle)
         with tf.control_dependencies([c for c in [cleared] if c is not None] + checks):
@@ -734,25 +754,56 @@ class DynamicVariable(BaseResourceVariable, TableKind):
                 yield keys.numpy(), rows.numpy()
             first = False
 
-    def checkpoint_restore(self, pieces, optimizer, step) -> None:
-        dynamic_ops.clear(self.handle)
+    def checkpoint_stage(self, pieces, optimizer, step) -> "StagedRows":
+        """Loads pieces into a staging table beside this one; the table itself changes only
+        when the result's commit() swaps them in (sok_lite.staging)."""
         # With slots, assign lays them out in the table first (see SokLiteDynamicAssign), from
         # the optimizer's initial values: a key first seen after the restore starts its slots
         # there, as it would have without the restore.
         with_slots = optimizer is not None and bool(rule_for(optimizer).slots)
         fills = [fill for _, fill in rule_for(optimizer).slots] if with_slots else []
         width = self._dimension * (1 + len(fills))
-        label = f"dynamic table '{self._label}'"
         step = -1 if step is None else step
+        label = f"dynamic table '{self._label}'"
         # One empty assign first: it lays the slots out even when there are no rows.
         pieces = itertools.chain([(np.zeros([0], np.int64), np.zeros([0, width]))], pieces)
-        # A piece at a time: a tiered table spills between them, and the rows are never whole.
-        for ids, rows in pieces:
-            for start in range(0, max(len(ids), 1), RESTORE_ROWS):
-                piece = slice(start, start + RESTORE_ROWS)
-                keys = tf.cast(tf.constant(ids[piece]), tf.int64)
-                values = tf.constant(rows[piece], tf.float32)
-                dynamic_ops.assign(self.handle, keys, values, with_slots, step, label, fills)
+
+        def fill(handle):
+            # A piece at a time: a tiered table spills between them, and the rows are never
+            # whole in RAM.
+            for ids, rows in pieces:
+                for start in range(0, max(len(ids), 1), RESTORE_ROWS):
+                    piece = slice(start, start + RESTORE_ROWS)
+                    keys = tf.cast(tf.constant(ids[piece]), tf.int64)
+                    values = tf.constant(rows[piece], tf.float32)
+                    dynamic_ops.assign(handle, keys, values, with_slots, step, label, fills)
+            self._check_capacity(handle)
+
+        if not self._on_host():
+            return ReplayedRows(self, fill)
+        return SwappedRows(self, self._new_staging_table, fill)
+
+    def _check_capacity(self, handle) -> None:
+        """Refuses staged rows beyond this rank's capacity: a load must not leave the next
+        lookup to drop them."""
+        per_rank = self._create_args["capacity"]
+        held = int(dynamic_ops.size(handle))
+        if per_rank and held > per_rank:
+            raise ValueError(
+                f"dynamic table '{self._label}': the rows loaded for rank "
+                f"{comm.current().rank} are {held}, more than its capacity of {per_rank} "
+                f"(capacity={self._capacity} over all ranks): create the table with a larger "
+                "capacity (or none) to load them"
+            )
+
+    def _new_staging_table(self, tier_dir: str):
+        """An empty host table configured as this one, its disk tier (if any) in tier_dir."""
+        with tf.init_scope(), tf.device(_host_device()):
+            return dynamic_ops.create_table(
+                f"{self._unique_id}_staged_{next(_table_ids)}",
+                tier_path=tier_dir,
+                **self._create_args,
+            )
 
     def export_rows(self):
         return self.export()

@@ -2,15 +2,20 @@
 table's rows take and keeps the rest in a file under `path` (one directory per table and rank).
 
 The file is a cache, not a checkpoint: it is created empty with the table and means nothing
-after the process ends; `sok.dump` / `sok.load` save and restore a table (both tiers).
+after the process ends; `sok.dump` / `sok.load` save and restore a table (both tiers). It is
+removed, with its directory, when the table is deleted or the process exits (see
+`release_when_deleted`); a process that is killed leaves it, and the next table of that name
+under that path truncates it.
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import re
 import tempfile
+import weakref
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
@@ -92,3 +97,51 @@ def table_dir(storage: Disk, table_name: str, rank: int) -> str:
         ) from None
     _used_dirs.add(directory)
     return directory
+
+
+# The files a disk tier writes in its directory (kernels/core/row_tier_file.cc, and
+# hash_table_swap.cc's name for a file being swapped).
+TIER_FILES = ("rows.bin", "rows.bin.swap", "rows.bin.widen")
+_exiting = False
+
+
+def remove_tier_dir(directory: str) -> None:
+    """Removes a disk tier's files, then its directory if that left it empty: nothing else."""
+    for name in TIER_FILES:
+        try:
+            os.remove(os.path.join(directory, name))
+        except FileNotFoundError:
+            pass
+    try:
+        os.rmdir(directory)
+    except OSError:
+        pass
+
+
+def release_when_deleted(table, directory: str, handle) -> None:
+    """Frees `table`'s disk tier when the table is deleted: its resource (RAM and the open file)
+    and its directory. At exit only the files go (the process closes the file itself)."""
+    weakref.finalize(table, _release, directory, handle)
+    # Registered (again) after weakref's own exit hook, so that it runs before it.
+    atexit.unregister(_mark_exiting)
+    atexit.register(_mark_exiting)
+
+
+def _mark_exiting() -> None:
+    global _exiting
+    _exiting = True
+
+
+def _release(directory: str, handle) -> None:
+    if not _exiting:
+        try:
+            import tensorflow as tf
+
+            # Out of any function being traced when the collector runs: the op must not
+            # land in its graph.
+            with tf.init_scope(), tf.device(handle.device):
+                tf.raw_ops.DestroyResourceOp(resource=handle, ignore_lookup_error=True)
+        except Exception:  # noqa: BLE001 -- a finalizer must not raise; the files go anyway
+            pass
+    remove_tier_dir(directory)
+    _used_dirs.discard(directory)

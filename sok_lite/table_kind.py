@@ -123,14 +123,23 @@ class TableKind(abc.ABC):
         time; with since_step, only rows that optimizer steps after it changed."""
 
     @abc.abstractmethod
+    def checkpoint_stage(self, pieces: Iterable[tuple[np.ndarray, np.ndarray]], optimizer, step):
+        """A sok_lite.staging.StagedRows whose commit() replaces this rank's rows by those of
+        `pieces`, (global ids [n], rows [n, dim * (1 + slots)]) this rank owns, value then each
+        slot when an optimizer is given; nothing changes before commit(). A keyed table stores
+        the pieces as they come (a later row of a key replaces an earlier one) without holding
+        them all; a row-numbered one gets every local row. step: the optimizer step the rows
+        count as changed at (None: unknown)."""
+
     def checkpoint_restore(
         self, pieces: Iterable[tuple[np.ndarray, np.ndarray]], optimizer, step
     ) -> None:
-        """Replaces this rank's rows by those of `pieces`, (global ids [n], rows [n, dim * (1 +
-        slots)]) this rank owns, value then each slot when an optimizer is given. A keyed table
-        stores the pieces as they come (a later row of a key replaces an earlier one) without
-        holding them all; a row-numbered one gets every local row. step: the optimizer step the
-        rows count as changed at (None: unknown)."""
+        """checkpoint_stage, then its commit."""
+        staged = self.checkpoint_stage(pieces, optimizer, step)
+        try:
+            staged.commit()
+        finally:
+            staged.discard()
 
     @abc.abstractmethod
     def export_rows(self) -> tuple[tf.Tensor, tf.Tensor]:

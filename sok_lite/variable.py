@@ -23,6 +23,7 @@ from sok_lite.slots import (
     stepped_row_wise,
     updated_since,
 )
+from sok_lite.staging import StagedRows
 from sok_lite.table_dtypes import (
     check_slot_dtype,
     check_table_dtype,
@@ -359,27 +360,15 @@ class Variable(ResourceVariable, TableKind):
             parts += [tf.cast(s.sparse_read(idx), parts[0].dtype) for s in slots]  # bf16: exact
             yield held[idx.numpy()], np.concatenate([p.numpy() for p in parts], axis=1)
 
-    def checkpoint_restore(self, pieces, optimizer, step) -> None:
+    def checkpoint_stage(self, pieces, optimizer, step) -> StagedRows:
+        """The rows to assign, in local order; the variable and its slots change only when the
+        result's commit() assigns them."""
         # Every local row is given (checkpoint.load checks it), in local order.
         pieces = list(pieces)
         ids = np.concatenate([i for i, _ in pieces])
         rows = np.concatenate([r for _, r in pieces])
-        dim = int(self.shape[1])
         rows = rows[np.argsort(self.local_ids(ids, comm.current().num_ranks))]
-        self.assign(tf.cast(rows[:, :dim], self.dtype))  # a float32 dump into 16 bits: rounds
-        if optimizer is None:
-            return
-        rule = rule_for(optimizer)
-        slot_vars = get_slots(optimizer, self, rule.slots)
-        # Keras' own slots too, where Keras was built with the table: training that goes on
-        # outside OptimizerScope reads those.
-        held = keras_slots(optimizer, self, rule) or [None] * len(slot_vars)
-        for i, (slot, keras_slot) in enumerate(zip(slot_vars, held)):
-            # Into bfloat16 slots a float32 dump rounds to nearest.
-            value = tf.cast(rows[:, dim * (i + 1) : dim * (i + 2)], slot.dtype)
-            slot.assign(value)
-            if keras_slot is not None:
-                keras_slot.assign(value)
+        return _AssignedRows(self, rows, optimizer)
 
     def export_rows(self):
         return self.held_ids(), tf.convert_to_tensor(self)
@@ -443,3 +432,40 @@ class Variable(ResourceVariable, TableKind):
             full = np.zeros([rows, dim], local.dtype)
             full[ids.numpy()] = gathered
         return ServingTable(tf.Variable(full, trainable=False))
+
+
+class _AssignedRows(StagedRows):
+    """A static table's loaded rows (value, then each slot), assigned by commit(); undo()
+    assigns back what commit() replaced."""
+
+    def __init__(self, table, rows: np.ndarray, optimizer):
+        self._table, self._rows, self._optimizer = table, rows, optimizer
+        self._replaced = []
+
+    def _targets(self) -> list:
+        """(variable, columns of the rows) pairs: the table, then its slots (Keras' own slots
+        too, where Keras was built with the table: training that goes on outside
+        OptimizerScope reads those)."""
+        dim = int(self._table.shape[1])
+        targets = [(self._table, slice(0, dim))]
+        if self._optimizer is None:
+            return targets
+        rule = rule_for(self._optimizer)
+        slot_vars = get_slots(self._optimizer, self._table, rule.slots)
+        held = keras_slots(self._optimizer, self._table, rule) or [None] * len(slot_vars)
+        for i, (slot, keras_slot) in enumerate(zip(slot_vars, held)):
+            columns = slice(dim * (i + 1), dim * (i + 2))
+            targets += [(v, columns) for v in (slot, keras_slot) if v is not None]
+        return targets
+
+    def commit(self) -> None:
+        for variable, columns in self._targets():
+            # A float32 dump into 16 bits (values or slots) rounds to nearest.
+            value = tf.cast(self._rows[:, columns], variable.dtype)
+            self._replaced.append((variable, tf.identity(variable)))
+            variable.assign(value)
+
+    def undo(self) -> None:
+        for variable, old in reversed(self._replaced):
+            variable.assign(old)
+        self._replaced = []

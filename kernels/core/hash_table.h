@@ -151,6 +151,13 @@ class HashTable {
   // Removes every row (the slot layout and the step counter stay).
   void Clear();
 
+  // Exchanges this table's rows with `staged`'s: both tiers, the slot layout, the lookup step
+  // and the keys awaiting admission; each table keeps its configuration and counters. A
+  // checkpoint load fills a staged table and swaps it in whole, so that a failed load changes
+  // nothing. With disk tiers, each file moves into the directory of the table that now holds
+  // it. Returns "" or an error (then nothing is exchanged).
+  std::string SwapRows(HashTable* staged);
+
   // Removes rows not seen during the last `steps_unseen` lookup steps; *evicted gets how many.
   // Returns "" or an error (of the disk tier, whose bookkeeping is read from the file; then
   // nothing is removed).

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <utility>
@@ -64,6 +65,14 @@ RowTierFile::RowTierFile(std::string path, int fd, int64_t stride, int64_t segme
 
 RowTierFile::~RowTierFile() {
   if (fd_ >= 0) close(fd_);
+}
+
+std::string RowTierFile::MoveTo(const std::string& path) {
+  if (rename(path_.c_str(), path.c_str()) != 0) {
+    return Prefix() + "disk tier: " + Errno("cannot move '" + path_ + "' to '" + path + "'");
+  }
+  path_ = path;
+  return "";
 }
 
 std::string RowTierFile::Open(const std::string& dir, int64_t stride, const std::string& label,

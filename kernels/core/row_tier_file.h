@@ -54,6 +54,9 @@ class RowTierFile {
   int64_t size() const { return size_; }
   int64_t stride() const { return stride_; }
   const std::string& path() const { return path_; }
+  // Renames the file to `path` (same file system); the open file stays in use. Returns "" or an
+  // error (then nothing changed).
+  std::string MoveTo(const std::string& path);
   // RAM held now by the index and the segment tables.
   int64_t IndexBytes() const;
   // The most RAM IndexBytes() may reach while the file holds at most `rows` rows (the index

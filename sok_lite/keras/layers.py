@@ -27,6 +27,7 @@ from sok_lite.keras.features import (
 )
 from sok_lite.keras.inputs import as_id_lists, as_weighted_id_lists, check_weight_spec
 from sok_lite.keras.tables import (
+    check_weight,
     create_table,
     hash_table_names,
     load_weight,
@@ -60,6 +61,9 @@ class _TableLayer(keras.layers.Layer):
             save_weight(store, str(i), weight)
 
     def load_own_variables(self, store):
+        # Every weight is checked before any changes: a bad file leaves the layer as it was.
+        for i, weight in enumerate(self.weights):
+            check_weight(store, str(i), weight, f"layer {self.name!r}")
         for i, weight in enumerate(self.weights):
             load_weight(store, str(i), weight, f"layer {self.name!r}")
 

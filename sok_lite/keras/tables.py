@@ -69,16 +69,36 @@ def save_weight(store, key: str, weight) -> None:
         store[key] = weight.numpy()
 
 
-def load_weight(store, key: str, weight, label: str) -> None:
-    """Sets `weight` from what save_weight put under `key`; a hash table keeps exactly the
-    saved keys."""
+def check_weight(store, key: str, weight, label: str) -> None:
+    """Raises ValueError, naming the weight, unless what save_weight put under `key` fits
+    `weight`: a layer checks every weight before it loads any."""
     if key not in store:
         raise ValueError(f"{label}: the weights file has no entry {key!r}")
+    shape = tuple(np.shape(store[key]))
     if isinstance(weight, DynamicVariable):
         if _keys_entry(key) not in store:
             raise ValueError(
                 f"{label}: weight {key} is a hash table but the weights file has no keys for it"
             )
+        dim, keys = weight.dimension, tuple(np.shape(store[_keys_entry(key)]))
+        if len(shape) != 2 or shape[1] % dim or len(keys) != 1 or keys[0] != shape[0]:
+            raise ValueError(
+                f"{label}: weight {key} ('{weight.name}', a hash table of dimension {dim}) gets "
+                f"{keys[0] if keys else '?'} keys and rows of shape {shape}: it needs as many "
+                f"rows as keys, of {dim} columns per array (value, then optimizer slots)"
+            )
+    elif shape != tuple(weight.shape):
+        raise ValueError(
+            f"{label}: weight {key} ('{weight.name}') has shape {tuple(weight.shape)}, the "
+            f"weights file holds {shape}"
+        )
+
+
+def load_weight(store, key: str, weight, label: str) -> None:
+    """Sets `weight` from what save_weight put under `key` (check_weight came first); a hash
+    table keeps exactly the saved keys."""
+    check_weight(store, key, weight, label)
+    if isinstance(weight, DynamicVariable):
         keys = tf.constant(np.asarray(store[_keys_entry(key)]), tf.int64)
         weight.replace_rows(keys, tf.constant(np.asarray(store[key]), tf.float32))
     else:

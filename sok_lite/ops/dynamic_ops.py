@@ -133,6 +133,11 @@ def clear(handle):
     return _ops().sok_lite_dynamic_clear(table=handle)
 
 
+def swap_rows(handle, staged):
+    """Exchanges the rows of two host tables (see SokLiteDynamicSwapRows)."""
+    return _ops().sok_lite_dynamic_swap_rows(table=handle, staged=staged)
+
+
 def evict(handle, steps_unseen):
     return _ops().sok_lite_dynamic_evict(table=handle, steps_unseen=steps_unseen)
 

@@ -96,11 +96,13 @@ GPU_OPS = {
 # CPU-only ops: lookup_sparse uses SokLiteDynamicLookupCombine for a hash table on the CPU only
 # (a GPU table takes UniqueIds + DynamicLookup + SegmentCombine, see docs/gpu.md). The disk
 # tier's piecewise export and the memory counters: DynamicVariable exports a GPU table whole and
-# reports its size only.
+# reports its size only. A load swaps a staged table into a host table only (a GPU table is
+# restored in place, its previous rows kept in host memory: sok_lite/staging.py).
 CPU_ONLY_OPS = {
     "SokLiteDynamicLookupCombine",
     "SokLiteDynamicExportRange",
     "SokLiteDynamicMemoryStats",
+    "SokLiteDynamicSwapRows",
 }
 
 

@@ -208,8 +208,23 @@ def _clear(draw, table, dim):
     return Case("sok_lite_dynamic_clear", {"table": table}, draw(st.booleans()))
 
 
+def _swap_rows(draw, table, dim):
+    """Swaps the table's rows with a second table's: configured alike (with its own disk tier,
+    if any), rarely of another dimension, or the table itself."""
+    staged = table | {"name": "staged"}
+    invalid = ""
+    if rare(draw):
+        staged, invalid = table, "a table swapped with itself"
+    elif rare(draw) and "dim" in table:
+        staged["dim"] = dim % 3 + 1 if dim % 3 + 1 != dim else dim + 1
+        staged["name"] = "staged_other_dim"  # a resource name is created once per program
+        invalid = "a staged table of another dimension"
+    kwargs = {"table": table, "staged": staged}
+    return Case("sok_lite_dynamic_swap_rows", kwargs, draw(st.booleans()), invalid)
+
+
 STEPS = [_lookup, _lookup_combine, _apply, _export, _assign, _size, _evict, _clear]
-STEPS += [_export_range, _memory_stats]
+STEPS += [_export_range, _memory_stats, _swap_rows]
 
 
 @st.composite
@@ -296,9 +311,22 @@ class TieredProgram:
 
 
 def _on_table(program: list[Case], old: dict, new: dict) -> list[Case]:
+    """The program on table `new` instead of `old`; a second table configured as `old` (a
+    swap's staged table) becomes one configured as `new`."""
+
+    def unnamed(spec: dict) -> dict:
+        return {k: v for k, v in spec.items() if k != "name"}
+
+    def moved(value):
+        if value is old:
+            return new
+        if isinstance(value, dict) and value.get("resource") == "table":
+            if unnamed(value) == unnamed(old):
+                return new | {"name": value["name"]}
+        return value
+
     return [
-        dataclasses.replace(c, kwargs=c.kwargs | {"table": new}) if c.kwargs["table"] is old else c
-        for c in program
+        dataclasses.replace(c, kwargs={k: moved(v) for k, v in c.kwargs.items()}) for c in program
     ]
 
 

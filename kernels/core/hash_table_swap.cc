@@ -1,0 +1,55 @@
+// HashTable::SwapRows: a staged table's rows swapped in whole (the commit of a checkpoint load).
+#include <string>
+#include <utility>
+
+#include "kernels/core/hash_table.h"
+
+namespace sok_lite {
+namespace {
+
+std::string TierFileIn(const std::string& dir) { return dir + "/rows.bin"; }
+
+}  // namespace
+
+std::string HashTable::SwapRows(HashTable* staged) {
+  const TableConfig& other = staged->config_;
+  if (other.dim != config_.dim || other.half_values != config_.half_values ||
+      other.half_format != config_.half_format || staged->tiered() != tiered()) {
+    return Named("a staged table of another dimension, row format or tiering cannot be swapped in");
+  }
+  if (tiered()) {
+    // Each file moves to the directory of the table that will hold it, through a third name so
+    // that no step overwrites a file: ours -> theirs.swap, theirs -> ours, theirs.swap -> theirs.
+    const std::string ours = TierFileIn(config_.tier_dir);
+    const std::string theirs = TierFileIn(other.tier_dir);
+    const std::string parked = theirs + ".swap";
+    std::string problem = tier_->MoveTo(parked);
+    if (!problem.empty()) return problem;
+    problem = staged->tier_->MoveTo(ours);
+    if (!problem.empty()) {
+      tier_->MoveTo(ours);  // back where it was: nothing exchanged
+      return problem;
+    }
+    problem = tier_->MoveTo(theirs);
+    if (!problem.empty()) {
+      staged->tier_->MoveTo(theirs);
+      tier_->MoveTo(ours);
+      return problem;
+    }
+  }
+  // The slot layout moves with the rows; where both have as many slots, the live table keeps
+  // the initial values it has (a staged table given no fills starts them at zero).
+  if (slot_init_.size() != staged->slot_init_.size()) std::swap(slot_init_, staged->slot_init_);
+  std::swap(slots_, staged->slots_);
+  std::swap(size_, staged->size_);
+  std::swap(chunks_, staged->chunks_);
+  std::swap(meta_, staged->meta_);
+  std::swap(row_used_, staged->row_used_);
+  std::swap(free_rows_, staged->free_rows_);
+  std::swap(pending_, staged->pending_);
+  std::swap(step_, staged->step_);
+  std::swap(tier_, staged->tier_);
+  return "";
+}
+
+}  // namespace sok_lite
