@@ -45,7 +45,9 @@ test-asan: setup
 
 # A long op-fuzzing campaign (make test runs a bounded one).
 fuzz: setup
-	SOK_LITE_FUZZ_EXAMPLES=$${SOK_LITE_FUZZ_EXAMPLES:-500} $(PY) -m pytest -q tests/ops/fuzz/test_op_fuzz.py
+	SOK_LITE_FUZZ_EXAMPLES=$${SOK_LITE_FUZZ_EXAMPLES:-500} SOK_LITE_FAULT_SEEDS=$${SOK_LITE_FAULT_SEEDS:-20} \
+		$(PY) -m pytest -q tests/ops/fuzz/test_op_fuzz.py tests/robustness/test_fuzz_calls.py \
+		tests/checkpoint/test_dump_faults.py
 
 lint: $(DEPS_STAMP)
 	$(PY) -m ruff check .
