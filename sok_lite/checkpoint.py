@@ -15,7 +15,7 @@ import pathlib
 import numpy as np
 import tensorflow as tf
 
-from sok_lite import comm, dump_target
+from sok_lite import comm, dump_target, memory
 from sok_lite.optimizer_rules import rule_for, unwrap
 from sok_lite.staging import SwappedRows
 from sok_lite.table_kind import TableKind
@@ -267,6 +267,41 @@ def _owned_pieces(final, manifest, t, var, width_out, communicator):
                     yield ids[mine], rows[mine, :width_out]
 
 
+def _owned_count(final, manifest, t, var, communicator) -> int:
+    """How many of table t's keys in a full dump this rank owns (its ids files only)."""
+    rank, n = communicator.rank, communicator.num_ranks
+    count = 0
+    for r in range(manifest["world_size"]):
+        total = manifest["files"][f"t{t}.r{r}.ids"]["rows"]
+        with open(final / f"t{t}.r{r}.ids", "rb") as f:
+            for start in range(0, total, CHUNK_ROWS):
+                ids = _read(f, np.dtype("<i8"), min(CHUNK_ROWS, total - start))
+                count += int(np.count_nonzero(var.owners(ids, n) == rank))
+    return count
+
+
+def _check_room(var, rows: int, slots: int, path) -> None:
+    """Refuses, before anything changes, a load of `rows` keys into a hash table whose
+    capacity or disk tier's ram_budget cannot hold them on this rank."""
+    label = f"{path}: table '{_name(var)}'"
+    if var.rank_capacity and rows > var.rank_capacity:
+        raise CheckpointError(
+            f"{label}: {rows} rows for rank {comm.current().rank}, more than its capacity of "
+            f"{var.rank_capacity} (capacity={var.capacity} over all ranks): create the table "
+            "with a larger capacity (or none) to load them"
+        )
+    if var.storage is None:
+        return
+    stride = memory.hash_stride(var.dimension, slots, var.dtype)
+    needed = memory.tier_budget_for(rows, 1, stride)
+    if needed > var.storage.ram_budget:
+        raise CheckpointError(
+            f"{label}: {rows} keys for rank {comm.current().rank}; the index of the keys on "
+            f"disk alone needs a ram_budget of at least {needed} bytes (the table has "
+            f"{var.storage.ram_budget}): raise ram_budget (sok.plan_memory sizes it)"
+        )
+
+
 def _owned_rows(final, manifest, t, var, width_out, communicator):
     """Every (ids, rows) of table t that this rank owns, in one piece (row-numbered tables)."""
     pieces = list(_owned_pieces(final, manifest, t, var, width_out, communicator))
@@ -338,6 +373,12 @@ def load(path, variables, optimizer=None) -> None:
         widths.append(meta["dim"] * (1 + slots))
         for p, manifest in zip(paths, manifests):
             _check_shards(p, manifest, t, widths[t])
+
+    for t, var in enumerate(variables):
+        if var.keyed:
+            rows = _owned_count(paths[0], manifests[0], t, var, communicator)
+            slots = len(manifests[0]["tables"][t]["slots"]) if optimizer is not None else 0
+            _check_room(var, rows, slots, paths[0])
 
     # Row-numbered tables are read whole (their variables hold them whole anyway) to check that
     # every local row is there; keyed tables are streamed while they are assigned, below.

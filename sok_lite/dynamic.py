@@ -452,6 +452,11 @@ class DynamicVariable(BaseResourceVariable, TableKind):
         return self._capacity
 
     @property
+    def rank_capacity(self) -> int | None:
+        """The rows this rank's table may hold; None when unbounded."""
+        return self._create_args["capacity"] or None
+
+    @property
     def storage(self):
         """The sok.storage.Disk given at construction, or None (every row in RAM)."""
         return self._storage
@@ -786,7 +791,7 @@ class DynamicVariable(BaseResourceVariable, TableKind):
     def _check_capacity(self, handle) -> None:
         """Refuses staged rows beyond this rank's capacity: a load must not leave the next
         lookup to drop them."""
-        per_rank = self._create_args["capacity"]
+        per_rank = self.rank_capacity
         held = int(dynamic_ops.size(handle))
         if per_rank and held > per_rank:
             raise ValueError(

@@ -40,8 +40,8 @@ def test_a_load_too_big_for_the_ram_budget_leaves_a_tiered_table_as_it_was(tmp_p
     )
     look_up(table, range(10**6, 10**6 + 2000))
     before = keyed_state(table)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="'tiered'.*ram_budget"):
-        sok.load(big_dump, [table])
+    with pytest.raises(sok.CheckpointError, match="'tiered'.*30000 keys.*ram_budget"):
+        sok.load(big_dump, [table])  # refused from the ids files, before any table changes
     np.testing.assert_equal(keyed_state(table), before)
     assert os.listdir(tmp_path / "tier") == ["tiered.rank0"]  # no staging directory left
     look_up(table, range(10**6, 10**6 + 10))  # still in use
@@ -152,3 +152,39 @@ def test_a_successful_replace_rows_keeps_the_counters(tmp_path):
     table.replace_rows(np.array([7, 8], np.int64), np.ones([2, 4], np.float32))
     keys, _, after = keyed_state(table)
     assert keys.tolist() == [7, 8] and after == counters
+
+
+def test_a_load_that_outgrows_the_budget_part_way_leaves_the_table(tmp_path, monkeypatch):
+    """Past the up-front check (here switched off), the staging table itself refuses."""
+    from sok_lite import checkpoint
+
+    monkeypatch.setattr(checkpoint, "_check_room", lambda *args: None)
+    big = sok.DynamicVariable(16, name="big2")
+    look_up(big, range(30_000))
+    sok.dump(tmp_path / "big", [big])
+    table = sok.DynamicVariable(
+        16, name="tiered2", storage=sok.storage.Disk(tmp_path / "tier", ram_budget="384KiB")
+    )
+    look_up(table, range(10**6, 10**6 + 2000))
+    before = keyed_state(table)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="'tiered2'.*ram_budget"):
+        sok.load(tmp_path / "big", [table])
+    np.testing.assert_equal(keyed_state(table), before)
+    assert os.listdir(tmp_path / "tier") == ["tiered2.rank0"]
+
+
+def test_increments_that_outgrow_the_capacity_are_refused(tmp_path):
+    source, opt = sok.DynamicVariable(4, name="grow"), keras.optimizers.SGD(0.1)
+    look_up(source, range(600))
+    sok.dump(tmp_path / "base", [source], opt)
+    look_up(source, range(600, 1200))
+    grads = tf.IndexedSlices(tf.ones([600, 4]), tf.range(600, 1200, dtype=tf.int64))
+    with sok.OptimizerScope([source]):
+        opt.apply_gradients([(grads, source)])
+    sok.dump(tmp_path / "inc", [source], opt, since_step=0)
+    table = sok.DynamicVariable(4, name="grow", capacity=1000)
+    look_up(table, range(-10, 0))
+    before = keyed_state(table)
+    with pytest.raises(ValueError, match="'grow'.*1200.*capacity of 1000"):
+        sok.load([tmp_path / "base", tmp_path / "inc"], [table], opt)
+    np.testing.assert_equal(keyed_state(table), before)
