@@ -226,11 +226,14 @@ std::string HashTable::Assign(const int64_t* keys, int64_t n, const float* rows,
                               int64_t step) {
   const int64_t width = with_slots ? row_width() : config_.dim;
   if (!tier_) return AssignPiece(keys, n, rows, with_slots, step);
+  // The disk index grows with every new key: refused before the first piece changes anything.
+  std::string problem = CheckAssignFits(keys, n);
+  if (!problem.empty()) return problem;
   // Pieces of at most 3/4 of the rows the budget holds (the disk index grows with new keys):
   // each piece is all or nothing, and a restore larger than the budget goes through.
   for (int64_t i = 0; i < n;) {
     const int64_t piece = std::min(n - i, std::max<int64_t>(RamRowLimit() * 3 / 4, 1));
-    const std::string problem = AssignPiece(keys + i, piece, rows + i * width, with_slots, step);
+    problem = AssignPiece(keys + i, piece, rows + i * width, with_slots, step);
     if (!problem.empty()) return problem;
     i += piece;
   }

@@ -137,7 +137,8 @@ class HashTable {
   // key that repeats takes its last row. With a disk tier, the batch goes in pieces that fit the
   // RAM budget, and room for a whole piece is made before any of its rows changes: on an error
   // of the disk tier no value of that piece or later ones changes (a batch that fits 3/4 of the
-  // budget's rows is one piece: all or nothing). Returns "" or an error.
+  // budget's rows is one piece: all or nothing; a batch whose keys the budget cannot index is
+  // refused before any piece). Returns "" or an error.
   std::string Assign(const int64_t* keys, int64_t n, const float* rows, bool with_slots,
                      int64_t step);
 
@@ -254,6 +255,9 @@ class HashTable {
   // and stores those now admitted, in order of first occurrence, evicting if the table is full.
   // Sorts `missing`. Returns "" or an error.
   std::string AdmitMissing(const int64_t* keys, std::vector<int64_t>* missing, const Runner& run);
+  // Disk tier: "" if the budget can index every key stored after assigning keys[0, n) and
+  // still hold a row in RAM, else the error (before anything changes).
+  std::string CheckAssignFits(const int64_t* keys, int64_t n) const;
   // Assign of one piece that fits the RAM budget.
   std::string AssignPiece(const int64_t* keys, int64_t n, const float* rows, bool with_slots,
                           int64_t step);

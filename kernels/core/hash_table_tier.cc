@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "kernels/core/hash_table.h"
 
@@ -25,6 +27,25 @@ std::string HashTable::AttachTier() {
   if (config_.ram_budget <= 0) return Named("ram_budget must be positive");
   return RowTierFile::Open(config_.tier_dir, stride(), config_.label, config_.tier_segment_bytes,
                            &tier_);
+}
+
+std::string HashTable::CheckAssignFits(const int64_t* keys, int64_t n) const {
+  std::vector<int64_t> fresh;
+  for (int64_t i = 0; i < n; ++i) {
+    if (FindSlot(keys[i]) < 0 && !tier_->Contains(keys[i])) fresh.push_back(keys[i]);
+  }
+  std::sort(fresh.begin(), fresh.end());
+  fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
+  const int64_t stored = size() + static_cast<int64_t>(fresh.size());
+  const int64_t index = tier_->IndexBytesFor(stored);
+  const int64_t one_row = stride() * static_cast<int64_t>(sizeof(float)) + kRamRowOverhead +
+                          16 * static_cast<int64_t>(sizeof(Slot));
+  if (config_.ram_budget >= index + one_row) return "";
+  return Named("ram_budget " + std::to_string(config_.ram_budget) + " bytes cannot hold the " +
+               std::to_string(stored) + " keys this assign would leave stored: their disk index " +
+               "alone takes " + std::to_string(index) + " bytes; a ram_budget of " +
+               std::to_string(index + one_row) +
+               " bytes holds them and one row; nothing was assigned, raise ram_budget");
 }
 
 int64_t HashTable::RamRowLimit() const {

@@ -193,6 +193,15 @@ FAILURES: dict[str, list[Failure]] = {
             kinds=KEYED,
         ),
         Failure(
+            "more new keys than the RAM budget indexes",
+            lambda w, p: w.table.assign(
+                np.arange(40_000, dtype=np.int64), np.zeros([40_000, DIM], np.float32)
+            ),
+            match="ram_budget",
+            kinds=("tiered",),
+            alike_on_every_rank=False,
+        ),
+        Failure(
             "float keys",
             lambda w, p: w.table.assign(tf.constant([1.0]), np.zeros([1, DIM])),
             kinds=KEYED,
