@@ -170,12 +170,48 @@ def _read_manifest(final: pathlib.Path) -> dict:
         manifest = json.loads(manifest_path.read_text())
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{manifest_path}: unreadable manifest ({e})") from e
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"{manifest_path}: not a manifest (a JSON object is expected)")
     if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise CheckpointError(
             f"{manifest_path}: format {manifest.get('format')!r} version "
             f"{manifest.get('version')!r}, expected {FORMAT!r} {VERSION}"
         )
+    _check_manifest_types(manifest, manifest_path)
     return manifest
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_manifest_types(manifest: dict, manifest_path) -> None:
+    """Every field a load reads has the type dump writes: a damaged manifest is a
+    CheckpointError naming the field, never an error of whatever reads it later."""
+    problems = []
+    if not _is_int(manifest.get("world_size")) or manifest["world_size"] < 1:
+        problems.append("world_size")
+    for key in ("iterations", "since_step"):
+        if manifest.get(key) is not None and not _is_int(manifest[key]):
+            problems.append(key)
+    tables = manifest.get("tables")
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        problems.append("tables")
+    else:
+        for i, t in enumerate(tables):
+            if not _is_int(t.get("dim")) or t["dim"] < 1 or not isinstance(t.get("slots"), list):
+                problems.append(f"tables[{i}]")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(
+        isinstance(f, dict)
+        and _is_int(f.get("bytes"))
+        and _is_int(f.get("rows"))
+        and (f.get("width") is None or _is_int(f["width"]))
+        for f in files.values()
+    ):
+        problems.append("files")
+    if problems:
+        raise CheckpointError(f"{manifest_path}: damaged manifest ({', '.join(problems)})")
 
 
 def _check_files(final: pathlib.Path, manifest: dict) -> None:

@@ -18,7 +18,7 @@ import sok_lite as sok
 from tests.robustness.worlds import DIM, KEYED, KINDS, ROWS, World, ids, make_table
 
 InvalidArgument = tf.errors.InvalidArgumentError
-STATIC = ("static", "localized")
+STATIC = ("static", "localized", "half_static")
 
 
 def no_setup(world: World) -> None:

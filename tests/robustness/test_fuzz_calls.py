@@ -146,7 +146,7 @@ def test_load_of_a_randomly_damaged_checkpoint(kind, manifest_edit, table_edit, 
     manifest = json.loads((damaged / "manifest.json").read_text())
     if manifest_edit is not None:
         manifest[manifest_edit[0]] = manifest_edit[1]
-    if table_edit is not None and isinstance(manifest.get("tables"), list):
+    if table_edit is not None and isinstance(manifest.get("tables"), list) and manifest["tables"]:
         manifest["tables"][0][table_edit[0]] = table_edit[1]
     (damaged / "manifest.json").write_text(json.dumps(manifest))
     if cut is not None:

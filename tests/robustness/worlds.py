@@ -14,7 +14,7 @@ import tensorflow as tf
 import sok_lite as sok
 
 # Every kind of table a failure case runs on (2 ranks: tests/distributed/workers).
-KINDS = ("static", "localized", "hash", "tiered", "half")
+KINDS = ("static", "localized", "half_static", "hash", "tiered", "half")
 KEYED = ("hash", "tiered", "half")
 ROWS, DIM = 40, 4
 
@@ -38,6 +38,8 @@ def make_table(kind: str, root: pathlib.Path, name: str = "t", dim: int = DIM):
         return sok.Variable(shape=[ROWS, dim], initializer=init, name=name)
     if kind == "localized":
         return sok.Variable(shape=[ROWS, dim], initializer=init, mode="localized:0", name=name)
+    if kind == "half_static":
+        return sok.Variable(shape=[ROWS, dim], initializer=init, dtype=tf.float16, name=name)
     if kind == "hash":
         return sok.DynamicVariable(dim, initializer=init, name=name)
     if kind == "tiered":
