@@ -28,7 +28,7 @@ $(HOROVOD_STAMP): $(DEPS_STAMP) scripts/install_horovod.sh
 	touch $@
 
 build: $(BUILD_STAMP)
-$(BUILD_STAMP): $(DEPS_STAMP) $(KERNEL_SOURCES) CMakeLists.txt setup.py
+$(BUILD_STAMP): $(DEPS_STAMP) $(KERNEL_SOURCES) CMakeLists.txt setup.py pyproject.toml sok_lite/_version.py
 	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
 	mkdir -p build && touch $@
 

@@ -1,5 +1,11 @@
-"""Builds sok_lite: a Python package plus one TensorFlow op library compiled with CMake."""
+"""Builds sok_lite's TensorFlow op library with CMake.
 
+The package's metadata (name, version, dependencies, packages) is in pyproject.toml; this file
+holds only what that cannot state: the CMake extension build and the build requirements that
+depend on whether TensorFlow is already importable.
+"""
+
+import fcntl
 import os
 import pathlib
 import runpy
@@ -7,7 +13,7 @@ import shutil
 import subprocess
 import sys
 
-from setuptools import Extension, find_packages, setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = pathlib.Path(__file__).resolve().parent
@@ -42,27 +48,32 @@ class CMakeBuild(build_ext):
     def build_extension(self, ext: Extension) -> None:
         target = pathlib.Path(self.get_ext_fullpath(ext.name)).resolve()
         build_dir = ROOT / "build" / f"cmake-py{sys.version_info[0]}{sys.version_info[1]}"
-        if ext.name == "sok_lite._sok_lite_ops":  # one CMake build makes every library
-            build_dir.mkdir(parents=True, exist_ok=True)
-            subprocess.check_call(
-                [
-                    "cmake",
-                    "-S",
-                    str(ROOT),
-                    "-B",
-                    str(build_dir),
-                    f"-DPython3_EXECUTABLE={sys.executable}",
-                    "-DCMAKE_BUILD_TYPE=Release",
-                ]
-            )
-            jobs = str(os.cpu_count() or 2)
-            subprocess.check_call(["cmake", "--build", str(build_dir), "--parallel", jobs])
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # A new file renamed over the old one: processes that have the old library loaded keep
-        # their mapping instead of seeing it rewritten under them.
-        staged = target.with_name(target.name + ".new")
-        shutil.copyfile(build_dir / BUILT_LIBRARY[ext.name], staged)
-        os.replace(staged, target)
+        build_dir.mkdir(parents=True, exist_ok=True)
+        # The editable install and `pip install .` share this build directory (both build in the
+        # source tree), so an installation recompiles only what changed; the lock keeps two
+        # builds from running in it at once.
+        with open(build_dir / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if ext.name == "sok_lite._sok_lite_ops":  # one CMake build makes every library
+                subprocess.check_call(
+                    [
+                        "cmake",
+                        "-S",
+                        str(ROOT),
+                        "-B",
+                        str(build_dir),
+                        f"-DPython3_EXECUTABLE={sys.executable}",
+                        "-DCMAKE_BUILD_TYPE=Release",
+                    ]
+                )
+                jobs = str(os.cpu_count() or 2)
+                subprocess.check_call(["cmake", "--build", str(build_dir), "--parallel", jobs])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # A new file renamed over the old one: processes that have the old library loaded
+            # keep their mapping instead of seeing it rewritten under them.
+            staged = target.with_name(target.name + ".new")
+            shutil.copyfile(build_dir / BUILT_LIBRARY[ext.name], staged)
+            os.replace(staged, target)
 
 
 def _cuda_requested() -> bool:
@@ -71,12 +82,6 @@ def _cuda_requested() -> bool:
 
 
 setup(
-    name="sok_lite",
-    version="0.1.0",
-    description="Sharded, sparse and dynamic embedding tables for TensorFlow/Keras",
-    packages=find_packages(include=["sok_lite", "sok_lite.*"]),
-    python_requires=">=3.10",
-    install_requires=["numpy"],
     # Only for isolated builds (plain `pip install .`): the build needs TF headers. An environment
     # that already has TensorFlow (GPU or CPU wheel) builds against it.
     setup_requires=[] if _tensorflow_importable() else [_tf_requirement(), "cmake>=3.18,<4"],
@@ -84,5 +89,4 @@ setup(
         CMakeExtension(name) for name in BUILT_LIBRARY if _cuda_requested() or "gpu" not in name
     ],
     cmdclass={"build_ext": CMakeBuild},
-    zip_safe=False,
 )

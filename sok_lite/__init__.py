@@ -1,6 +1,7 @@
 """sok_lite: sharded, sparse and dynamic embedding tables for TensorFlow/Keras."""
 
 from sok_lite import keras, optimizers, storage
+from sok_lite._version import __version__
 from sok_lite.checkpoint import CheckpointError, dump, load
 from sok_lite.comm import init, num_ranks, rank
 from sok_lite.dynamic import DynamicVariable
@@ -30,8 +31,6 @@ from sok_lite.sok2 import (
 )
 from sok_lite.sok_v1 import All2AllDenseEmbedding, DistributedEmbedding, Init
 from sok_lite.variable import Variable
-
-__version__ = "0.1.0"
 
 __all__ = [
     "init",

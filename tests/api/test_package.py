@@ -1,14 +1,23 @@
-"""Package hygiene: a silent import, the TF range in one place, the private TF names we use."""
+"""Package hygiene: a silent import, the TF range and the version in one place each, the private
+TF names we use, and `pip install .` giving a package that works outside the source tree."""
 
+import ast
 import importlib.metadata
+import json
+import os
+import pathlib
 import runpy
 import subprocess
 import sys
+import time
+import tomllib
 
 import tensorflow as tf
 
 import sok_lite
 from sok_lite import _tf_internals
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_import_prints_nothing():
@@ -69,3 +78,86 @@ def test_public_api():
     expected = {"init", "rank", "num_ranks", "Variable", "lookup_sparse"}
     assert expected <= set(sok_lite.__all__)
     assert sok_lite.rank() == 0 and sok_lite.num_ranks() == 1
+
+
+def test_version_has_one_source():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    source = project["tool"]["setuptools"]["dynamic"]["version"]
+    assert source == {"attr": "sok_lite._version.__version__"}
+    stated = runpy.run_path(str(ROOT / "sok_lite" / "_version.py"))["__version__"]
+    assert sok_lite.__version__ == stated
+    # The installed metadata (make build) was generated from the same file.
+    assert importlib.metadata.version("sok_lite") == stated
+    # setup.py passes only the build: no name, version or dependencies of its own.
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setup"
+    ]
+    assert len(calls) == 1
+    assert {k.arg for k in calls[0].keywords} == {"setup_requires", "ext_modules", "cmdclass"}
+    assert f"## [{stated}]" in (ROOT / "CHANGELOG.md").read_text()
+
+
+_INSTALLED_LOOKUP = """
+import importlib.metadata, json
+import numpy as np
+import tensorflow as tf
+import sok_lite as sok
+
+sok.init()
+table = sok.Variable(np.arange(12).reshape(4, 3), dtype=tf.float32, name="t")
+ids = tf.ragged.constant([[1, 3], [0]], dtype=tf.int64)
+(out,) = sok.lookup_sparse([table], [ids], combiners=["sum"])
+print(json.dumps({
+    "file": sok.__file__,
+    "version": sok.__version__,
+    "metadata": importlib.metadata.version("sok_lite"),
+    "out": out.numpy().tolist(),
+}))
+"""
+
+
+def test_pip_install_works_outside_the_source_tree(tmp_path):
+    """`pip install .` (the wheel build of pyproject.toml), then one lookup from another directory.
+
+    The install goes to a --target directory read through PYTHONPATH, by the interpreter that runs
+    the tests, so the TensorFlow already installed serves both the build and the import and
+    nothing is downloaded (--no-index, --no-deps, --no-build-isolation). The build runs in the
+    source tree, in the CMake build directory that `make build` uses with the same Python, so the
+    op library recompiles only kernels changed since the last build: seconds when none did. The
+    timeout allows for a full recompile (about 2 minutes on 2 cores) when they did.
+    """
+    target = tmp_path / "site"
+    bin_dir = str(pathlib.Path(sys.executable).parent)  # the venv's cmake, as the Makefile has
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("PYTHONPATH", None)
+    install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps"]
+    install += ["--no-build-isolation", "--disable-pip-version-check", "--target", str(target)]
+    started = time.monotonic()
+    done = subprocess.run(
+        install + [str(ROOT)], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-10000:] + done.stderr[-10000:]
+    installed = {p.name for p in target.iterdir()}
+    version = sok_lite.__version__
+    assert installed == {"sok_lite", f"sok_lite-{version}.dist-info"}, installed
+    assert list((target / "sok_lite").glob("_sok_lite_ops*.so"))
+
+    env["PYTHONPATH"] = str(target)
+    done = subprocess.run(
+        [sys.executable, "-c", _INSTALLED_LOOKUP],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-10000:] + done.stderr[-10000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert pathlib.Path(result["file"]).is_relative_to(target), result["file"]
+    assert result["version"] == result["metadata"] == version
+    assert result["out"] == [[12.0, 14.0, 16.0], [0.0, 1.0, 2.0]]
+    print(f"pip install . and one lookup: {time.monotonic() - started:.1f} s")
