@@ -153,7 +153,8 @@ class HashTable {
   void Clear();
 
   // Exchanges this table's rows with `staged`'s: both tiers, the slot layout, the lookup step
-  // and the keys awaiting admission; each table keeps its configuration and counters. A
+  // and the keys awaiting admission; each table keeps its configuration and counters (the
+  // staged table's spills are added to this table's, undone by swapping back). A
   // checkpoint load fills a staged table and swaps it in whole, so that a failed load changes
   // nothing. With disk tiers, each file moves into the directory of the table that now holds
   // it. Returns "" or an error (then nothing is exchanged).

@@ -49,6 +49,10 @@ std::string HashTable::SwapRows(HashTable* staged) {
   std::swap(pending_, staged->pending_);
   std::swap(step_, staged->step_);
   std::swap(tier_, staged->tier_);
+  // The rows the staged table moved to disk (a load larger than the budget) count as this
+  // table's spills; the staged table's count is negated so that swapping back restores both.
+  counters_.spills += staged->counters_.spills;
+  staged->counters_.spills = -staged->counters_.spills;
   return "";
 }
 

@@ -1,6 +1,8 @@
 """sok_lite.Variable and DynamicVariable trained with lookup_sparse + OptimizerScope under
 MirroredStrategy (2 logical CPUs, one shard per replica) end up as on one process."""
 
+import json
+
 import numpy as np
 
 from tests.distributed.strategy_launcher import run_workers
@@ -38,9 +40,10 @@ def test_tiered_hash_table_under_mirrored_strategy_matches_ram_on_one_process(tm
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
     one, two = train(tmp_path / "one", "single"), train(tmp_path / "two", "mirrored", "disk")
-    # Each replica (rank) has its own tier directory.
-    for r in (0, 1):
-        assert (tmp_path / "two" / "tier" / f"dynamic.rank{r}" / "rows.bin").exists()
+    # Each replica (rank) had its own tier directory, removed with the tables at exit.
+    tiers = json.loads((tmp_path / "two" / "tiers.json").read_text())
+    assert tiers == [f"tier/dynamic.rank{r}/rows.bin" for r in (0, 1)]
+    assert list((tmp_path / "two" / "tier").iterdir()) == []
     rows = dict(zip(one["keys@0"].tolist(), one["values@0"]))
     keys = [two["keys@0"].tolist(), two["keys@1"].tolist()]
     assert sorted(keys[0] + keys[1]) == sorted(rows)

@@ -9,6 +9,7 @@ replica under OUT_DIR/tier.
 """
 
 import contextlib
+import json
 import pathlib
 import sys
 
@@ -110,3 +111,6 @@ for rank, shard in zip(ranks, shards_of(dynamic)):
     keys, values = shard.export()
     arrays[f"keys@{rank}"], arrays[f"values@{rank}"] = keys.numpy(), values.numpy()
 np.savez(out_dir / "tables.npz", **arrays)
+# The tier files while the tables live (they go with the tables at exit).
+tiers = sorted(str(p.relative_to(out_dir)) for p in (out_dir / "tier").glob("*/rows.bin"))
+(out_dir / "tiers.json").write_text(json.dumps(tiers))

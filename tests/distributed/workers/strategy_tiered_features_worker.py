@@ -7,6 +7,7 @@ rank (stats.json).
 """
 
 import json
+import os
 import pathlib
 import sys
 
@@ -43,3 +44,5 @@ for name, model in models.items():
 table = models["tiered"].get_layer("features").tables["user"]
 stats = {rank: shard.memory_stats() for rank, shard in setup.shards_and_ranks(table)}
 (out_dir / "stats.json").write_text(json.dumps(stats))
+# The tier directories while the tables live (they go with the tables at exit).
+(out_dir / "tiers.json").write_text(json.dumps(sorted(os.listdir(out_dir / "tier"))))
