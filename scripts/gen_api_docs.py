@@ -25,7 +25,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import sok_lite  # noqa: E402
-from sok_lite.table_kind import TableKind  # noqa: E402
+from sok_lite.tables.table_kind import TableKind  # noqa: E402
 
 OUTPUT = REPO / "docs" / "api.md"
 COMMAND = "python scripts/gen_api_docs.py"
@@ -38,8 +38,9 @@ DOCTEST_FENCE = "```python-console"
 
 @dataclasses.dataclass(frozen=True)
 class Section:
-    """One module of the public API and the names it exports."""
+    """One module of the public API, the path users import it by, and the names it exports."""
 
+    name: str  # sok_lite.optimizers, not the module's own sok_lite.optim.optimizers
     module: object
     names: list
 
@@ -48,10 +49,12 @@ def public_sections() -> list[Section]:
     """The modules of the public API, each with its exported names, in reading order."""
     documented_elsewhere = {"keras", "optimizers", "__version__"}
     return [
-        Section(sok_lite, [n for n in sok_lite.__all__ if n not in documented_elsewhere]),
-        Section(sok_lite.optimizers, list(sok_lite.optimizers.__all__)),
-        Section(sok_lite.keras, list(sok_lite.keras.__all__)),
-        Section(sok_lite.sok_v1, list(sok_lite.sok_v1.__all__)),
+        Section(
+            "sok_lite", sok_lite, [n for n in sok_lite.__all__ if n not in documented_elsewhere]
+        ),
+        Section("sok_lite.optimizers", sok_lite.optimizers, list(sok_lite.optimizers.__all__)),
+        Section("sok_lite.keras", sok_lite.keras, list(sok_lite.keras.__all__)),
+        Section("sok_lite.sok_v1", sok_lite.sok_v1, list(sok_lite.sok_v1.__all__)),
     ]
 
 
@@ -59,7 +62,7 @@ def public_objects():
     """(qualified name, object) of every exported name, re-exports included."""
     for section in public_sections():
         for name in section.names:
-            yield f"{section.module.__name__}.{name}", getattr(section.module, name)
+            yield f"{section.name}.{name}", getattr(section.module, name)
 
 
 def own_members(cls) -> list[tuple[str, object]]:
@@ -221,7 +224,7 @@ def heading_anchors(sections: list[Section]) -> dict[str, str]:
     a slug already taken (sok_lite.init and sok_lite.Init share one)."""
     anchors, taken = {}, {}
     for section in sections:
-        module = section.module.__name__
+        module = section.name
         for heading in [module] + [f"{module}.{name}" for name in section.names]:
             slug = _slug(heading)
             anchors[heading] = slug if slug not in taken else f"{slug}-{taken[slug]}"
@@ -234,8 +237,9 @@ def home_names() -> dict[int, str]:
     module closest to where it is defined (sok_lite.sok_v1.Init rather than sok_lite.Init),
     else the first (filter_variables rather than its alias)."""
     homes: dict[int, tuple[int, str]] = {}
+    real = {section.name: section.module.__name__ for section in public_sections()}
     for qualified, obj in public_objects():
-        module = qualified.rsplit(".", 1)[0]
+        module = real[qualified.rsplit(".", 1)[0]]
         defined_in = getattr(obj, "__module__", "") or ""
         closeness = len(module) if (defined_in + ".").startswith(module + ".") else -1
         if id(obj) not in homes or closeness > homes[id(obj)][0]:
@@ -258,7 +262,7 @@ def _entry(qualified: str, obj, homes: dict[int, str], anchors: dict[str, str]) 
     lines += docstring_markdown(obj.__doc__ or "") + [""]
     if inspect.isclass(obj) and issubclass(obj, TableKind):
         lines += [
-            "Implements `sok_lite.table_kind.TableKind`, the questions lookups, optimizers, "
+            "Implements `sok_lite.tables.table_kind.TableKind`, the questions lookups, optimizers, "
             "checkpoints and serving ask of a table: see [Table kinds](design.md#table-kinds).",
             "",
         ]
@@ -290,13 +294,13 @@ def render() -> str:
         "",
     ]
     for section in sections:
-        module = section.module.__name__
+        module = section.name
         names = ", ".join(f"[`{n}`](#{anchors[f'{module}.{n}']})" for n in section.names)
         lines.append(f"- [`{module}`](#{anchors[module]}): {names}")
     lines.append("")
     homes = home_names()
     for section in sections:
-        module = section.module.__name__
+        module = section.name
         lines += [f"## {module}", ""] + docstring_markdown(section.module.__doc__ or "") + [""]
         for name in section.names:
             lines += _entry(f"{module}.{name}", getattr(section.module, name), homes, anchors)

@@ -1,21 +1,10 @@
 """sok_lite: sharded, sparse and dynamic embedding tables for TensorFlow/Keras."""
 
-from sok_lite import keras, optimizers, storage
+# checkpoint, optimizer, sok_v1 and storage: module paths kept from the flat layout.
+from sok_lite import checkpoint, keras, optimizer, optimizers, sok_v1, storage  # noqa: F401
 from sok_lite._version import __version__
-from sok_lite.checkpoint import CheckpointError, dump, load
 from sok_lite.comm import init, num_ranks, rank
-from sok_lite.dynamic import DynamicVariable
-from sok_lite.lookup import lookup_sparse
-from sok_lite.memory import MemoryPlan, MemoryReport, TableSpec, memory_report, plan_memory
-from sok_lite.optimizer import (
-    OptimizerScope,
-    OptimizerWrapper,
-    filter_variables,
-    split_embedding_variable_from_others,
-)
-from sok_lite.serving import export_saved_model
-from sok_lite.slots import opt_slots
-from sok_lite.sok2 import (
+from sok_lite.compat.sok2 import (
     SGD,
     DistributedVariable,
     LocalizedVariable,
@@ -29,8 +18,20 @@ from sok_lite.sok2 import (
     sparse_read_and_evict,
     tf_version,
 )
-from sok_lite.sok_v1 import All2AllDenseEmbedding, DistributedEmbedding, Init
-from sok_lite.variable import Variable
+from sok_lite.compat.sok_v1 import All2AllDenseEmbedding, DistributedEmbedding, Init
+from sok_lite.io.checkpoint import CheckpointError, dump, load
+from sok_lite.io.serving import export_saved_model
+from sok_lite.lookup.sparse import lookup_sparse
+from sok_lite.memory import MemoryPlan, MemoryReport, TableSpec, memory_report, plan_memory
+from sok_lite.optim.optimizer import (
+    OptimizerScope,
+    OptimizerWrapper,
+    filter_variables,
+    split_embedding_variable_from_others,
+)
+from sok_lite.optim.slots import opt_slots
+from sok_lite.tables.dynamic import DynamicVariable
+from sok_lite.tables.variable import Variable
 
 __all__ = [
     "init",

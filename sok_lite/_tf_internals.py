@@ -15,7 +15,7 @@ ResourceVariable = resource_variable_ops.ResourceVariable
 # that tapes, Keras and tf.train.Checkpoint treat it as a variable.
 BaseResourceVariable = resource_variable_ops.BaseResourceVariable
 # The checkpoint key of a variable's value; a bfloat16 optimizer slot saves its float32 view
-# under it (sok_lite/slots.py), so that float32 and bfloat16 slots load into each other.
+# under it (sok_lite/optim/slots.py), so that float32 and bfloat16 slots load into each other.
 VARIABLE_VALUE_KEY = trackable_base.VARIABLE_VALUE_KEY
 # The checkpointable base with no automatic attribute tracking (that view's base class).
 Trackable = trackable_base.Trackable

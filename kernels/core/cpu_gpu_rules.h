@@ -1,8 +1,8 @@
 // What the CPU kernels (kernels/core) and the CUDA kernels (kernels/cuda) must agree on bit for
 // bit, defined once for both: the integer mixes, which rank owns a row or a key, the counter-based
 // draws of initial rows, and the codes that cross the CUDA C API as ints. Included from .cc and
-// .cu files; the codes alone also compile as C. sok_lite/key_hash.py is the Python mirror of the
-// key hash and the owner rules.
+// .cu files; the codes alone also compile as C. sok_lite/tables/key_hash.py is the Python mirror
+// of the key hash and the owner rules.
 #ifndef SOK_LITE_KERNELS_CORE_CPU_GPU_RULES_H_
 #define SOK_LITE_KERNELS_CORE_CPU_GPU_RULES_H_
 

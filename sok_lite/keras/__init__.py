@@ -3,7 +3,7 @@
 from sok_lite.keras.features import FeatureSpec
 from sok_lite.keras.layers import Embedding, EmbeddingCollection
 from sok_lite.keras.memory_callback import MemoryReportCallback
-from sok_lite.keras.optimizer import OptimizerWrapper
+from sok_lite.optim.wrapper import OptimizerWrapper
 
 __all__ = [
     "Embedding",

@@ -8,11 +8,11 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from sok_lite.initializers import computes_per_row
-from sok_lite.lookup import COMBINERS
-from sok_lite.placement import Placement
-from sok_lite.storage import Disk
-from sok_lite.table_dtypes import HALF_DTYPES
+from sok_lite.lookup.sparse import COMBINERS
+from sok_lite.tables.initializers import computes_per_row
+from sok_lite.tables.placement import Placement
+from sok_lite.tables.storage import Disk
+from sok_lite.tables.table_dtypes import HALF_DTYPES
 
 EVICT_POLICIES = ("lru", "lfu")
 KEY_DTYPES = ("int32", "int64")

@@ -13,9 +13,8 @@ import keras
 import tensorflow as tf
 
 from sok_lite import comm
+from sok_lite._keras_internals import in_symbolic_build, set_trainable, track_table
 from sok_lite.comm.strategy import StrategyCommunicator, in_replica_context
-from sok_lite.dynamic import DynamicVariable
-from sok_lite.keras._keras_internals import in_symbolic_build, set_trainable, track_table
 from sok_lite.keras.features import (
     FeatureSpec,
     TableSpec,
@@ -34,9 +33,10 @@ from sok_lite.keras.tables import (
     save_weight,
     stored_values,
 )
-from sok_lite.lookup import lookup_sparse
-from sok_lite.storage import Disk
-from sok_lite.variable import Variable
+from sok_lite.lookup.sparse import lookup_sparse
+from sok_lite.tables.dynamic import DynamicVariable
+from sok_lite.tables.storage import Disk
+from sok_lite.tables.variable import Variable
 
 
 class _TableLayer(keras.layers.Layer):

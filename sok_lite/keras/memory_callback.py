@@ -5,8 +5,8 @@ import keras
 import tensorflow as tf
 
 from sok_lite.comm.shards import shards_of
-from sok_lite.memory import memory_report
-from sok_lite.row_wise import is_table
+from sok_lite.memory.report import memory_report
+from sok_lite.optim.row_wise import is_table
 
 # The report's fields written per table, as "sok_lite_memory/<table>/<field>".
 FIELDS = ("rows_ram", "rows_disk", "bytes_ram", "bytes_disk", "hit_rate", "spills", "evictions")

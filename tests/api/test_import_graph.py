@@ -9,16 +9,19 @@ Package `__init__` modules re-export their submodules, so an edge into a package
 `__init__` from a module inside that package would close a cycle through the re-export.
 The rule: edges into `sok_lite/__init__.py` and `sok_lite/keras/__init__.py` are ignored,
 and a separate test checks that no submodule imports either package root (`import sok_lite`,
-`from sok_lite import <name that is not a submodule>`, the same for `sok_lite.keras`), which
-makes ignoring them sound. Other packages' `__init__` (sok_lite.comm, sok_lite.ops,
-sok_lite.sok_v1) are ordinary nodes.
+`from sok_lite import <name that is not a submodule>`, the same for `sok_lite.keras` and
+`sok_lite.memory`), which makes ignoring them sound. Other packages' `__init__` (sok_lite.comm,
+sok_lite.ops, sok_lite.tables, ...) are ordinary nodes.
+
+The layers (docs/design.md, "Package layout"): no module imports a module of a higher layer,
+except the edges of ALLOWED_UPWARD.
 """
 
 import ast
 import pathlib
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "sok_lite"
-ROOTS = ("sok_lite", "sok_lite.keras")  # re-exporting package roots, see the docstring
+ROOTS = ("sok_lite", "sok_lite.keras", "sok_lite.memory")  # re-exporting roots, see the docstring
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -117,3 +120,87 @@ def test_submodules_do_not_import_their_package_root():
 def test_the_checker_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# Bottom to top. A module's layer is that of the longest prefix listed; private helpers at the
+# package root (sok_lite._loader, ...) are in the bottom layer, the package root and the module
+# paths kept from the flat layout (sok_lite.checkpoint, sok_lite.storage, ...) in the top one.
+LAYERS = (
+    ("sok_lite.ops", "sok_lite.comm", "sok_lite._"),
+    ("sok_lite.tables",),
+    ("sok_lite.lookup", "sok_lite.optim"),
+    ("sok_lite.io", "sok_lite.memory"),
+    ("sok_lite.keras", "sok_lite.compat", "sok_lite"),
+)
+
+# Upward edges not removed yet, each named so that it stays visible. A static table keeps its
+# optimizer slots beside it (sok_lite.optim.slots) and asks the optimizer's rule for their
+# number and fill when it dumps, loads or assigns rows with slots (rule_for): the optimizer
+# state is not yet a separate object handed to the table from above.
+ALLOWED_UPWARD = {
+    ("sok_lite.tables.variable", "sok_lite.optim.optimizer_rules"),
+    ("sok_lite.tables.variable", "sok_lite.optim.slots"),
+    ("sok_lite.tables.dynamic_rows", "sok_lite.optim.optimizer_rules"),
+}
+
+
+def _layer(name: str) -> int:
+    best, layer = -1, None
+    for i, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            matches = name == prefix or name.startswith(prefix + ".")
+            if prefix.endswith("_"):
+                matches = name.startswith(prefix)
+            if matches and len(prefix) > best:
+                best, layer = len(prefix), i
+    assert layer is not None, f"{name} is in no layer"
+    return layer
+
+
+def _upward_edges(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {
+        (name, target)
+        for name, targets in graph.items()
+        for target in targets
+        if target not in ROOTS and _layer(target) > _layer(name)
+    }
+
+
+def test_no_module_imports_a_higher_layer():
+    upward = _upward_edges(_graph())
+    unexpected = sorted(upward - ALLOWED_UPWARD)
+    assert not unexpected, "imports of a higher layer: " + ", ".join(
+        f"{a} -> {b}" for a, b in unexpected
+    )
+    # An allowed edge that is gone comes off the list.
+    assert not ALLOWED_UPWARD - upward, sorted(ALLOWED_UPWARD - upward)
+
+
+def test_the_layers_are_what_the_design_says():
+    assert _layer("sok_lite._loader") == _layer("sok_lite.ops.lookup_ops") == 0
+    assert _layer("sok_lite.comm.shards") == 0
+    assert _layer("sok_lite.tables.variable") == 1
+    assert _layer("sok_lite.lookup.sparse") == _layer("sok_lite.optim.slots") == 2
+    assert _layer("sok_lite.io.checkpoint") == _layer("sok_lite.memory.plan") == 3
+    assert _layer("sok_lite.keras.layers") == _layer("sok_lite.compat.sok2") == 4
+    assert _layer("sok_lite.checkpoint") == _layer("sok_lite") == 4
+    assert _upward_edges({"sok_lite.tables.x": {"sok_lite.io.y"}, "sok_lite.io.y": set()}) == {
+        ("sok_lite.tables.x", "sok_lite.io.y")
+    }
+
+
+def test_package_size():
+    """No module over 500 lines, no folder with more than 12 modules."""
+    long = [
+        f"{path.relative_to(PACKAGE.parent)}: {n} lines"
+        for path in PACKAGE.rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > 500
+    ]
+    assert not long, long
+    folders = {}
+    for path in PACKAGE.rglob("*.py"):
+        folders.setdefault(path.parent, []).append(path)
+    crowded = [
+        f"{d.relative_to(PACKAGE.parent)}: {len(m)}" for d, m in folders.items() if len(m) > 12
+    ]
+    assert not crowded, crowded

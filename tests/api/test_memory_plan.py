@@ -17,7 +17,7 @@ import tensorflow as tf
 
 import sok_lite as sok
 from sok_lite import memory
-from sok_lite.optimizer_rules import rule_for
+from sok_lite.optim.optimizer_rules import rule_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite.sok_v1 import global_batch_size
+from sok_lite.compat.sok_v1 import global_batch_size
 
 VOCAB, DIM, SLOTS = 40, 3, 4
 

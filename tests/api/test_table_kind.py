@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite import key_hash, table_kind
-from sok_lite.table_kind import TableKind
+from sok_lite.tables import key_hash, table_kind
+from sok_lite.tables.table_kind import TableKind
 
 
 def _abstract_names() -> set[str]:

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite.placement import Placement
+from sok_lite.tables.placement import Placement
 
 
 def test_from_initial_value():

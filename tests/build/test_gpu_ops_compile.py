@@ -97,7 +97,7 @@ GPU_OPS = {
 # (a GPU table takes UniqueIds + DynamicLookup + SegmentCombine, see docs/gpu.md). The disk
 # tier's piecewise export and the memory counters: DynamicVariable exports a GPU table whole and
 # reports its size only. A load swaps a staged table into a host table only (a GPU table is
-# restored in place, its previous rows kept in host memory: sok_lite/staging.py).
+# restored in place, its previous rows kept in host memory: sok_lite/tables/staging.py).
 CPU_ONLY_OPS = {
     "SokLiteDynamicLookupCombine",
     "SokLiteDynamicExportRange",

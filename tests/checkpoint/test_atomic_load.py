@@ -1,5 +1,5 @@
 """A load, replace_rows or checkpoint restore that fails part-way changes no table, slot,
-counter or optimizer step: hash tables are filled aside and swapped in (sok_lite.staging)."""
+counter or optimizer step: hash tables are filled aside and swapped in (sok_lite.tables.staging)."""
 
 import os
 
@@ -156,7 +156,7 @@ def test_a_successful_replace_rows_keeps_the_counters(tmp_path):
 
 def test_a_load_that_outgrows_the_budget_part_way_leaves_the_table(tmp_path, monkeypatch):
     """Past the up-front check (here switched off), the staging table itself refuses."""
-    from sok_lite import checkpoint
+    from sok_lite.io import checkpoint
 
     monkeypatch.setattr(checkpoint, "_check_room", lambda *args: None)
     big = sok.DynamicVariable(16, name="big2")

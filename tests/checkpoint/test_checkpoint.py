@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite.key_hash import hash_owner
+from sok_lite.tables.key_hash import hash_owner
 from tests.checkpoint.checkpoint_model import make_tables, state, train
 
 
@@ -113,7 +113,7 @@ def test_mismatched_optimizer_slots_are_rejected(trained):
 KILLED_DUMP = """
 import sys, keras, sok_lite as sok
 from tests.checkpoint.checkpoint_model import make_tables, train
-import sok_lite.checkpoint as ck
+import sok_lite.io.checkpoint as ck
 tables, opt = make_tables(1), keras.optimizers.Adam(0.05)
 train(tables, opt, 3)
 real_fsync = ck.os.fsync

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import sok_lite as sok
-from sok_lite import dump_target
+from sok_lite.io import dump_target
 from tests.checkpoint.checkpoint_model import make_tables, state, train
 
 

@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite.initializers import RowInitializer
-from sok_lite.serving_init import initial_rows
+from sok_lite.io.serving_init import initial_rows
+from sok_lite.tables.initializers import RowInitializer
 
 SPEC = [tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64)] * 3
 

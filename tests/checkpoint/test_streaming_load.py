@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite import checkpoint
+from sok_lite.io import checkpoint
 from sok_lite.ops import dynamic_ops
 
 DIM = 8

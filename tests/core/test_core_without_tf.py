@@ -1,7 +1,7 @@
 """kernels/core without TensorFlow: core_capi.cc (a C ABI over the core functions and
 kernels/core/cpu_gpu_rules.h) is built with the system C++ compiler and called through ctypes,
-against NumPy references on random inputs; sok_lite/key_hash.py is checked against the C++ key
-hash and owner rules. Skipped only where no C++ compiler exists.
+against NumPy references on random inputs; sok_lite/tables/key_hash.py is checked against the
+C++ key hash and owner rules. Skipped only where no C++ compiler exists.
 """
 
 import ctypes
@@ -23,8 +23,10 @@ RANKS = [1, 2, 3, 7, 8, 1000, 2**31 + 11]
 
 
 def load_key_hash():
-    # By path: `import sok_lite.key_hash` would run sok_lite/__init__.py, which imports TF.
-    spec = importlib.util.spec_from_file_location("key_hash", ROOT / "sok_lite" / "key_hash.py")
+    # By path: `import sok_lite.tables.key_hash` would run sok_lite/__init__.py, which imports TF.
+    spec = importlib.util.spec_from_file_location(
+        "key_hash", ROOT / "sok_lite" / "tables" / "key_hash.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -121,7 +123,7 @@ def many_keys(rng, n=20000):
     return np.concatenate([EXTREMES, wide, small, np.arange(5000, dtype=np.int64)])
 
 
-# --- the key hash and owner rules: C++ header vs sok_lite/key_hash.py --------------------------
+# --- the key hash and owner rules: C++ header vs sok_lite/tables/key_hash.py ------------------
 
 
 def test_splitmix64_matches(core):

@@ -144,7 +144,7 @@ U64 = np.uint64
 
 def _load_key_hash():
     # By path: importing the sok_lite package would import TensorFlow, which GPU checks lack.
-    path = Path(__file__).resolve().parents[2] / "sok_lite" / "key_hash.py"
+    path = Path(__file__).resolve().parents[2] / "sok_lite" / "tables" / "key_hash.py"
     spec = importlib.util.spec_from_file_location("key_hash", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,6 +1,6 @@
 """The 16-bit table launchers of kernels/cuda against NumPy: gathers widen exactly; an optimizer
 step is the float32 step (gpu_reference) rounded back, float16 to nearest even and bfloat16 with
-the bits sok_lite/key_hash.py mirrors, so the GPU rounds exactly as the CPU kernels do.
+the bits sok_lite/tables/key_hash.py mirrors, so the GPU rounds exactly as the CPU kernels do.
 
 Needs CuPy and a CUDA device (skipped otherwise), as test_cuda_kernels.py.
 """
@@ -28,7 +28,7 @@ BF16, FP16 = 0, 1
 
 def load_key_hash():
     # By path: importing the sok_lite package would import TensorFlow.
-    path = gpu_lib.ROOT / "sok_lite" / "key_hash.py"
+    path = gpu_lib.ROOT / "sok_lite" / "tables" / "key_hash.py"
     spec = importlib.util.spec_from_file_location("key_hash", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,4 +1,4 @@
-"""The Keras and TF internals in sok_lite/keras/_keras_internals.py: fails loudly if one moves."""
+"""The Keras and TF internals in sok_lite/_keras_internals.py: fails loudly if one moves."""
 
 import keras
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite.keras import _keras_internals
+from sok_lite import _keras_internals
 
 
 def test_keras_layers_still_have_a_tracker_with_variable_stores():

@@ -9,7 +9,7 @@ import keras
 import numpy as np
 
 import sok_lite as sok
-from sok_lite.checkpoint import CHUNK_ROWS
+from sok_lite.io.checkpoint import CHUNK_ROWS
 from tests.checkpoint.checkpoint_model import make_tables, train
 from tests.distributed.workers.report import Report
 

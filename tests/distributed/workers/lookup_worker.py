@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite.initializers import RowInitializer
+from sok_lite.tables.initializers import RowInitializer
 from tests.distributed.workers.lookup_worker_cases import multi_table_case
 from tests.distributed.workers.report import Report
 from tests.ops.lookup.lookup_cases import ragged, tf_reference

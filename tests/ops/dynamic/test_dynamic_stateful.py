@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import sok_lite as sok
-from sok_lite.initializers import RowInitializer
+from sok_lite.tables.initializers import RowInitializer
 
 DIM, LR = 3, 0.5
 # Subnormal floats are excluded: TF flushes them to zero in its threads, NumPy does not.

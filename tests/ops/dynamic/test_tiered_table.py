@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
+from sok_lite.tables.table_kind import MEMORY_STATS
 
 DIM = 64
 POOL = 4000  # keys drawn from
@@ -95,7 +96,7 @@ def test_tiered_training_equals_ram_table(tmp_path, opt):
     assert os.path.getsize(tmp_path / "tier" / f"t_{opt}.rank0" / "rows.bin") >= stats["bytes_disk"]
     ram_stats = ram.memory_stats()
     assert ram_stats["ram_budget"] is None and ram_stats["rows_disk"] == ram_stats["spills"] == 0
-    assert set(stats) == set(ram_stats) == set(sok.dynamic.MEMORY_STATS)
+    assert set(stats) == set(ram_stats) == set(MEMORY_STATS)
     assert all(isinstance(v, int) for v in stats.values() if v is not None)
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, reject, settings, target
 
-from sok_lite.memory_stats import MEMORY_STATS
+from sok_lite.tables.table_kind import MEMORY_STATS
 from tests.ops.fuzz import op_fuzz_dynamic_cases as dynamic
 from tests.ops.fuzz import op_fuzz_exchange_cases as exchange
 from tests.ops.fuzz import op_fuzz_lookup_cases as lookup

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite.initializers import RowInitializer, row_initializer
+from sok_lite.tables.initializers import RowInitializer, row_initializer
 
 ROWS, DIM = 4000, 32  # 128k values: sample mean within ~4 sigma of 0 is |m| < 0.012 * stddev
 

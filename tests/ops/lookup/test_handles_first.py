@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from sok_lite.initializers import row_initializer
 from sok_lite.ops import dynamic_ops, exchange_ops, lookup_ops
 from sok_lite.ops.optimizer_ops import sparse_apply
+from sok_lite.tables.initializers import row_initializer
 
 EMPTY = np.array([0], np.int64), np.array([1], np.int64)  # one rank asking nothing of one table
 

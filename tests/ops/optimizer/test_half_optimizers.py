@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite import key_hash
+from sok_lite.tables import key_hash
 from tests.ops.optimizer.test_optimizers import CASES
 
 ROWS, DIM = 24, 37  # an odd width: vector loops of the conversions and their tails

@@ -25,7 +25,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite.optimizer_rules import rule_for, unwrap
+from sok_lite.optim.optimizer_rules import rule_for, unwrap
 
 tf_keras = pytest.importorskip("tf_keras")
 legacy = tf_keras.optimizers.legacy

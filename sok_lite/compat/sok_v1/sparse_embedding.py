@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from sok_lite.sok_v1._base import SokTableLayer, _positive
+from sok_lite.compat.sok_v1._base import SokTableLayer, _positive
 
 _COMBINERS = ("sum", "mean")
 

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from sok_lite.key_hash import rows_held
+from sok_lite.tables.key_hash import rows_held
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,15 +7,10 @@ import tensorflow as tf
 from sok_lite import comm
 from sok_lite._tf_internals import ResourceVariable
 from sok_lite.comm.shards import create_shards
-from sok_lite.initializers import RowInitializer, row_initializer
-from sok_lite.key_hash import OWNER_BY_ROW, global_row
-from sok_lite.memory_stats import ram_only
 from sok_lite.ops import lookup_ops
 from sok_lite.ops.optimizer_ops import sparse_apply
-from sok_lite.optimizer_rules import rule_for
-from sok_lite.placement import Placement
-from sok_lite.serving import ServingTable
-from sok_lite.slots import (
+from sok_lite.optim.optimizer_rules import rule_for
+from sok_lite.optim.slots import (
     get_slots,
     keras_slots,
     knows_table,
@@ -23,15 +18,18 @@ from sok_lite.slots import (
     stepped_row_wise,
     updated_since,
 )
-from sok_lite.staging import StagedRows
-from sok_lite.table_dtypes import (
+from sok_lite.tables.initializers import RowInitializer, row_initializer
+from sok_lite.tables.key_hash import OWNER_BY_ROW, global_row
+from sok_lite.tables.placement import Placement
+from sok_lite.tables.staging import StagedRows
+from sok_lite.tables.table_dtypes import (
     check_slot_dtype,
     check_table_dtype,
     check_value_range,
     rounding_seed,
     row_dtype,
 )
-from sok_lite.table_kind import TableKind, _row_owner
+from sok_lite.tables.table_kind import ServingRows, TableKind, _row_owner, ram_only
 
 
 def _global_value(initial_value, dtype) -> tf.Tensor:
@@ -409,7 +407,7 @@ class Variable(ResourceVariable, TableKind):
         with tf.control_dependencies(checks):
             self.scatter_update(tf.IndexedSlices(values, local))
 
-    def serving_copy(self) -> ServingTable:
+    def serving_copy(self) -> ServingRows:
         communicator = comm.current()
         local = self.numpy()
         # 16-bit rows travel as float32 (exact both ways): collectives take fewer dtypes.
@@ -431,7 +429,7 @@ class Variable(ResourceVariable, TableKind):
             )
             full = np.zeros([rows, dim], local.dtype)
             full[ids.numpy()] = gathered
-        return ServingTable(tf.Variable(full, trainable=False))
+        return ServingRows(tf.Variable(full, trainable=False))
 
 
 class _AssignedRows(StagedRows):

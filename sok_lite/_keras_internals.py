@@ -1,4 +1,4 @@
-"""The Keras 3 and TensorFlow internals sok_lite.keras relies on, in one place.
+"""The Keras 3 and TensorFlow internals sok_lite.keras and sok_lite.optim rely on, in one place.
 
 Each name here is private to Keras or TensorFlow; tests/keras/test_keras_internals.py fails
 loudly if one moves.

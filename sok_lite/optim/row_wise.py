@@ -12,9 +12,9 @@ import tensorflow as tf
 from sok_lite import comm
 from sok_lite._tf_internals import check_numerics_enabled
 from sok_lite.comm.shards import ReplicaShards, local_shard
-from sok_lite.optimizer_rules import learning_rate, rule_for, weight_decay
-from sok_lite.table_dtypes import row_dtype
-from sok_lite.table_kind import TableKind
+from sok_lite.optim.optimizer_rules import learning_rate, rule_for, weight_decay
+from sok_lite.tables.table_dtypes import row_dtype
+from sok_lite.tables.table_kind import TableKind
 
 
 def filter_variables(variables) -> tuple[list, list]:

@@ -17,7 +17,7 @@ import tempfile
 import tensorflow as tf
 
 from sok_lite.ops import dynamic_ops
-from sok_lite.storage import remove_tier_dir
+from sok_lite.tables.storage import remove_tier_dir
 
 
 class StagedRows:

@@ -1,126 +1,48 @@
 """sok_lite.DynamicVariable: a hash-table embedding whose rows are created on first lookup."""
 
 import contextlib
-import itertools
 import math
-import numbers
 
-import numpy as np
 import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite._tf_internals import BaseResourceVariable, variable_accessed
 from sok_lite.comm.shards import create_shards
-from sok_lite.initializers import RowInitializer, row_initializer
-from sok_lite.key_hash import OWNER_BY_HASH, hash_owner
-from sok_lite.lookup import lookup_sparse
-from sok_lite.memory_stats import MEMORY_STATS, ram_only
 from sok_lite.ops import dynamic_ops
-from sok_lite.optimizer_rules import rule_for
-from sok_lite.placement import Placement
-from sok_lite.serving import ServingTable
-from sok_lite.staging import ReplayedRows, StagedRows, SwappedRows
-from sok_lite.storage import Disk, release_when_deleted, table_dir
-from sok_lite.table_dtypes import HALF_DTYPES, check_table_dtype, check_value_range, rounding_seed
-from sok_lite.table_kind import TableKind
-
-_table_ids = itertools.count()
-RESTORE_ROWS = 65536  # rows per assign of a restore
-
-# The value dtypes a hash table stores (rows are read as float32 from any of them).
-DYNAMIC_DTYPES = (tf.float32, tf.bfloat16, tf.float16)
-
-# SOK's table backends ("hbm": its GPU hash table, "hybrid": HierarchicalKV); both are this
-# hash table.
-VAR_TYPES = ("hbm", "hybrid")
-# SOK's HierarchicalKV tuning settings: accepted and recorded in config_dict, with no effect.
-_HKV_HINTS = frozenset(
-    {
-        "max_hbm_for_vectors",
-        "max_bucket_size",
-        "max_load_factor",
-        "block_size",
-        "io_block_size",
-        "device_id",
-        "io_by_cpu",
-    }
+from sok_lite.tables.dynamic_config import (
+    _HKV_EVICT,
+    _HKV_HINTS,
+    DYNAMIC_DTYPES,
+    VAR_TYPES,
+    TableSize,
+    _host_device,
+    _initializer_spec,
+    _positive_int,
+    _table_ids,
 )
-_HKV_EVICT = {"kLru": "lru", "kLfu": "lfu"}
-
-
-def _initializer_spec(initializer):
-    """The per-key initializer when it can be computed, else the argument unchanged."""
-    if initializer is None:
-        initializer = "random_normal"
-    if isinstance(initializer, RowInitializer):
-        return initializer
-    return row_initializer(initializer) or initializer
-
-
-def _host_device() -> str:
-    """The CPU beside the device that ops are placed on now: that device itself when it is a
-    CPU (such as one of MirroredStrategy's logical CPUs, each a replica), else CPU 0 of its
-    host."""
-    placed = tf.DeviceSpec.from_string(tf.identity(0).device)
-    if placed.device_type == "CPU":
-        return placed.to_string()
-    return placed.replace(device_type="CPU", device_index=0).to_string()
-
-
-def _positive_int(value, what: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{what} must be a positive int, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{what} must be a positive int, got {value}")
-    return int(value)
-
-
-class TableSize:
-    """The number of rows of a DynamicVariable, readable the sok_lite way and the SOK way.
-
-    `table.size()` is the int64 scalar row count over all ranks. As in SOK, `table.size` itself
-    also stands for the int64 shape [rows, dimension]: `table.size[0]` is the row count,
-    `tf.convert_to_tensor(table.size)` and `table.size.numpy()` the pair, `int(table.size)` the
-    row count. The count is taken when `size` is read.
-    """
-
-    def __init__(self, rows: tf.Tensor, dimension: int):
-        self._rows = rows
-        self._dimension = dimension
-
-    def __call__(self) -> tf.Tensor:
-        return self._rows
-
-    def shape(self) -> tf.Tensor:
-        """The int64 [rows, dimension]."""
-        return tf.stack([self._rows, tf.constant(self._dimension, tf.int64)])
-
-    def __getitem__(self, index):
-        return self.shape()[index]
-
-    def __int__(self) -> int:
-        return int(self._rows)
-
-    def numpy(self) -> np.ndarray:
-        return self.shape().numpy()
-
-    def __array__(self, dtype=None, copy=None):
-        return np.asarray(self.numpy(), dtype=dtype)
-
-    def __repr__(self):
-        try:
-            rows = int(self._rows)
-        except TypeError:  # symbolic, inside a tf.function
-            rows = "?"
-        return f"<sok_lite.DynamicVariable size: rows={rows} dimension={self._dimension}>"
-
-
-tf.register_tensor_conversion_function(
-    TableSize, lambda value, dtype=None, name=None, as_ref=False: value.shape()
+from sok_lite.tables.dynamic_rows import DynamicRows
+from sok_lite.tables.initializers import RowInitializer
+from sok_lite.tables.placement import Placement
+from sok_lite.tables.storage import Disk, release_when_deleted, table_dir
+from sok_lite.tables.table_dtypes import (
+    HALF_DTYPES,
+    check_table_dtype,
+    rounding_seed,
 )
+from sok_lite.tables.table_kind import MEMORY_STATS, TableKind, ram_only
+
+# With several ranks, sparse_read exchanges keys with their owners: lookup_sparse's work, which
+# sok_lite.lookup.sparse registers here (a table does not import the lookups above it).
+_multi_rank_read = None
 
 
-class DynamicVariable(BaseResourceVariable, TableKind):
+def register_multi_rank_read(read) -> None:
+    """Sets read(table, ids [n, 1]) -> rows [n, dim], the lookup of one key per sample."""
+    global _multi_rank_read
+    _multi_rank_read = read
+
+
+class DynamicVariable(DynamicRows, BaseResourceVariable, TableKind):
     """An embedding table keyed by arbitrary int64 (or int32) ids, grown as keys appear.
 
     Memory follows the keys actually seen, not the key space: a row is created the first time
@@ -486,7 +408,7 @@ class DynamicVariable(BaseResourceVariable, TableKind):
 
     @property
     def initializer_spec(self):
-        """The per-key initializer (a sok_lite.initializers.RowInitializer)."""
+        """The per-key initializer (a sok_lite.tables.initializers.RowInitializer)."""
         return self._init
 
     @property
@@ -532,7 +454,7 @@ class DynamicVariable(BaseResourceVariable, TableKind):
                 )
             else:
                 # One key per sample: the owners' rows, each "combined" alone.
-                rows = lookup_sparse(self, tf.expand_dims(flat, 1), hotness=1)
+                rows = _multi_rank_read(self, tf.expand_dims(flat, 1))
             out = tf.reshape(rows, tf.concat([tf.shape(keys), [self._dimension]], 0))
             return tf.ensure_shape(out, keys.shape.concatenate([self._dimension]))
 
@@ -551,325 +473,8 @@ class DynamicVariable(BaseResourceVariable, TableKind):
             "keys), tf.nn.embedding_lookup or sok_lite.lookup_sparse"
         )
 
-    def export(self, with_slots: bool = False, since_step: int | None = None):
-        """(keys [n], values [n, dim]) stored on this rank; with_slots: rows [n, dim * (1 + k)],
-        the value then each optimizer slot; since_step: only rows an optimizer step (or an
-        assign) changed after that step."""
-        keys, values = dynamic_ops.export(
-            self.handle, with_slots, since_step, f"dynamic table '{self._label}'"
-        )
-        return tf.cast(keys, self._key_dtype), values
-
-    def assign(self, keys, values, with_slots: bool = False, step: int | None = None, **unused):
-        """Stores rows for keys (this rank's table; callers route keys to their owners).
-
-        step: the optimizer step the rows count as changed at (default: later than any step, so
-        every following incremental dump includes them)."""
-        keys = tf.convert_to_tensor(keys)
-        if keys.dtype not in (tf.int32, tf.int64) or (
-            keys.dtype == tf.int64 and self._key_dtype == tf.int32
-        ):
-            raise ValueError(
-                f"'{self.name}': keys of dtype {keys.dtype.name} for a table keyed "
-                f"by {self._key_dtype.name}"
-            )
-        values = check_value_range(
-            values, self.dtype, self._label, "assigned value", self._dimension
-        )
-        values = tf.convert_to_tensor(values, tf.float32)
-        width = values.shape[-1]
-        if not with_slots and width is not None and width != self._dimension:
-            raise ValueError(
-                f"'{self.name}': values of width {width} for dimension {self._dimension}"
-            )
-        step = dynamic_ops.INT64_MAX if step is None else step
-        return dynamic_ops.assign(
-            self.handle,
-            tf.cast(keys, tf.int64),
-            values,
-            with_slots,
-            step,
-            f"dynamic table '{self._label}'",
-        )
-
-    def evict(self, steps_unseen: int) -> tf.Tensor:
-        """Removes rows not looked up during the last steps_unseen lookups; returns how many
-        this rank removed."""
-        return dynamic_ops.evict(self.handle, tf.constant(steps_unseen, tf.int64))
-
-    def replace_rows(self, keys, rows):
-        """Makes this rank's table hold exactly `keys` with `rows`; every other row is dropped.
-
-        Args:
-          keys: int64 [n] keys this rank owns.
-          rows: float32 [n, dimension * (1 + slots)]: the value, then each optimizer slot, as
-            export(with_slots=True) gives them (slots missing from the table are laid out).
-        """
-        keys = tf.convert_to_tensor(keys)
-        rows = tf.convert_to_tensor(rows)
-        # Checked before the table is cleared: a bad restore must keep the rows it has.
-        width = tf.shape(rows, out_type=tf.int64)[-1]
-        checks = [
-            tf.debugging.assert_rank(keys, 1, message=f"'{self._label}': keys must be 1-D"),
-            tf.debugging.assert_rank(rows, 2, message=f"'{self._label}': rows must be 2-D"),
-            tf.debugging.assert_equal(
-                tf.size(keys, out_type=tf.int64),
-                tf.shape(rows, out_type=tf.int64)[0],
-                message=f"'{self._label}': as many rows as keys are needed",
-            ),
-            tf.debugging.assert_equal(
-                tf.logical_and(width > 0, width % self._dimension == 0),
-                True,
-                message=f"'{self._label}': a row must be {self._dimension} columns per array "
-                "(value, then optimizer slots)",
-            ),
-        ]
-        checks = [c for c in checks if c is not None]  # eager asserts return None
-        if tf.executing_eagerly() and self._on_host():
-            # Built aside and swapped in: a replacement that fails part-way (a disk tier
-            # that fills up) leaves the table as it was.
-            staged = SwappedRows(
-                self,
-                self._new_staging_table,
-                lambda handle: dynamic_ops.assign(
-                    handle, keys, rows, with_slots=True, table_name=f"dynamic table '{self._label}'"
-                ),
-            )
-            try:
-                staged.commit()
-            finally:
-                staged.discard()
-            return None
-        with tf.control_dependencies(checks):
-            cleared = dynamic_ops.clear(self.handle)
-        with tf.control_dependencies([c for c in [cleared] if c is not None] + checks):
-            return dynamic_ops.assign(self.handle, keys, rows, with_slots=True)
-
-    # tf.train.Checkpoint: this rank's keys and rows (value and optimizer slots).
-    def _serialize_to_tensors(self):
-        keys, rows = dynamic_ops.export(self.handle, with_slots=True)
-        return {"keys": keys, "rows": rows}
-
-    def _restore_from_tensors(self, restored_tensors):
-        return self.replace_rows(restored_tensors["keys"], restored_tensors["rows"])
-
-    # A hash table has no dense value: reading it whole is a mistake, not a copy.
-    def value(self):
-        raise ValueError(
-            f"'{self._label}' is a DynamicVariable, a hash table with no dense value: read rows "
-            "by key with tf.gather(table, keys), tf.nn.embedding_lookup or lookup_sparse, or "
-            "every stored row with export(). A Keras model holding one has no get_weights(): "
-            "save and restore it with save_weights() / load_weights(), model.save(), "
-            "tf.train.Checkpoint or sok.dump / sok.load"
-        )
-
-    read_value = value
-
-    def _dense_var_to_tensor(self, *args, **kwargs):
-        return self.value()
-
-    # --- TableKind: key k on rank hash(k) % N (or every key on rank K) ---------------------
-
-    keyed = True
-    checkpoint_kind = "dynamic"
-    apply_op = "SokLiteDynamicApply"
-    id_limit = -1  # any key
-
-    @property
-    def owner_code(self) -> int:
-        return self._placement.rank if self._placement.kind == "localized" else OWNER_BY_HASH
-
-    @property
-    def id_dtypes(self) -> tuple:
-        return (tf.int32,) if self._key_dtype == tf.int32 else (tf.int32, tf.int64)
-
-    def owners(self, ids: np.ndarray, num_ranks: int) -> np.ndarray:
-        if self._placement.kind == "localized":
-            return np.full(len(ids), self._placement.rank)
-        return hash_owner(ids, num_ranks)
-
-    def local_ids(self, ids, num_ranks):
-        return ids  # a hash table stores rows by key
-
-    @staticmethod
-    def read_local(tables, ids, labels) -> list:
-        return [
-            dynamic_ops.lookup(t.handle, i, t.dimension, label)
-            for t, i, label in zip(tables, ids, labels)
-        ]
-
-    def combines_in_place(self, num_ranks: int) -> bool:
-        # On one rank's CPU the dedup and the [unique, dim] copy of the rows cost more than
-        # probing every id.
-        if num_ranks != 1:
-            return False
-        return self._on_host()
-
-    def lookup_combine(self, ids, splits, weights, combiner, hotness, label):
-        return dynamic_ops.lookup_combine(
-            self.handle, ids, splits, weights, self._dimension, combiner, hotness, label
-        )
-
-    def gradient_rows(self, values, indices) -> tf.IndexedSlices:
-        return tf.IndexedSlices(values, indices)  # indices are keys: no dense shape
-
-    def apply_rows(self, optimizer, rule, grad, hyper, step) -> None:
-        # Slots live in the hash table beside each row.
-        slot_init = [fill for _, fill in rule.slots]
-        label = f"dynamic table '{self._label}'"
-        dynamic_ops.apply(
-            self.handle, grad.indices, grad.values, hyper, rule.kind, slot_init, label, step
-        )
-
-    def slot_variables(self, optimizer, rule) -> None:
-        return None
-
-    def checkpoint_meta(self) -> dict:
-        return {"kind": self.checkpoint_kind, "dim": self._dimension}
-
-    def checkpoint_chunks(self, optimizer, since_step, chunk_rows):
-        fills = [fill for _, fill in rule_for(optimizer).slots] if optimizer is not None else []
-        for keys, rows in self._export_pieces(optimizer is not None, since_step, chunk_rows):
-            keys = keys.astype(np.int64)
-            # A table the optimizer has not stepped yet has no slots laid out: save the values
-            # its slots will start from, so that every checkpoint row has the manifest's width.
-            missing = fills[rows.shape[1] // self._dimension - 1 :]
-            if missing:
-                pad = np.repeat(np.float32(missing), self._dimension)
-                rows = np.concatenate([rows, np.broadcast_to(pad, (len(rows), len(pad)))], axis=1)
-            yield keys, rows
-
-    def _export_pieces(self, with_slots, since_step, chunk_rows):
-        """(keys, rows) NumPy pieces of at most chunk_rows rows over both tiers; at least one
-        (maybe empty). A host table is read a piece at a time: a dump never holds it whole."""
-        label = f"dynamic table '{self._label}'"
-        if not self._on_host():
-            keys, rows = dynamic_ops.export(self.handle, with_slots, since_step, label)
-            keys, rows = keys.numpy(), rows.numpy()
-            for start in range(0, max(len(keys), 1), chunk_rows):
-                yield keys[start : start + chunk_rows], rows[start : start + chunk_rows]
-            return
-        cursor, first = 0, True
-        while cursor >= 0:
-            keys, rows, cursor = dynamic_ops.export_range(
-                self.handle, cursor, chunk_rows, with_slots, since_step, label
-            )
-            cursor = int(cursor)
-            if len(keys) or first:
-                yield keys.numpy(), rows.numpy()
-            first = False
-
-    def checkpoint_stage(self, pieces, optimizer, step) -> "StagedRows":
-        """Loads pieces into a staging table beside this one; the table itself changes only
-        when the result's commit() swaps them in (sok_lite.staging)."""
-        # With slots, assign lays them out in the table first (see SokLiteDynamicAssign), from
-        # the optimizer's initial values: a key first seen after the restore starts its slots
-        # there, as it would have without the restore.
-        with_slots = optimizer is not None and bool(rule_for(optimizer).slots)
-        fills = [fill for _, fill in rule_for(optimizer).slots] if with_slots else []
-        width = self._dimension * (1 + len(fills))
-        step = -1 if step is None else step
-        label = f"dynamic table '{self._label}'"
-        # One empty assign first: it lays the slots out even when there are no rows.
-        pieces = itertools.chain([(np.zeros([0], np.int64), np.zeros([0, width]))], pieces)
-
-        def fill(handle):
-            # A piece at a time: a tiered table spills between them, and the rows are never
-            # whole in RAM.
-            for ids, rows in pieces:
-                for start in range(0, max(len(ids), 1), RESTORE_ROWS):
-                    piece = slice(start, start + RESTORE_ROWS)
-                    keys = tf.cast(tf.constant(ids[piece]), tf.int64)
-                    values = tf.constant(rows[piece], tf.float32)
-                    dynamic_ops.assign(handle, keys, values, with_slots, step, label, fills)
-            self._check_capacity(handle)
-
-        if not self._on_host():
-            return ReplayedRows(self, fill)
-        return SwappedRows(self, self._new_staging_table, fill)
-
-    def _check_capacity(self, handle) -> None:
-        """Refuses staged rows beyond this rank's capacity: a load must not leave the next
-        lookup to drop them."""
-        per_rank = self.rank_capacity
-        held = int(dynamic_ops.size(handle))
-        if per_rank and held > per_rank:
-            raise ValueError(
-                f"dynamic table '{self._label}': the rows loaded for rank "
-                f"{comm.current().rank} are {held}, more than its capacity of {per_rank} "
-                f"(capacity={self._capacity} over all ranks): create the table with a larger "
-                "capacity (or none) to load them"
-            )
-
-    def _new_staging_table(self, tier_dir: str):
-        """An empty host table configured as this one, its disk tier (if any) in tier_dir."""
-        with tf.init_scope(), tf.device(_host_device()):
-            return dynamic_ops.create_table(
-                f"{self._unique_id}_staged_{next(_table_ids)}",
-                tier_path=tier_dir,
-                **self._create_args,
-            )
-
-    def export_rows(self):
-        return self.export()
-
-    def assign_rows(self, ids, values) -> None:
-        self.assign(ids, values)
-
-    def serving_copy(self) -> ServingTable:
-        keys, values = self.export()
-        keys = comm.current().allgather(tf.cast(keys, tf.int64))
-        values = comm.current().allgather(values)
-        # A 16-bit table serves its rows in 16 bits (exact: they were widened for the export).
-        rows = tf.Variable(tf.cast(values, self.dtype), trainable=False)
-        return ServingTable.keyed(keys, rows, self._init)
-
     def __repr__(self):
         return (
             f"<sok_lite.DynamicVariable '{self._label}' dimension={self._dimension} "
             f"mode={self.mode}>"
         )
-
-
-class _Refused:
-    """A tf.Variable method that a hash table refuses with a clear message."""
-
-    def __set_name__(self, owner, name):
-        self._method = name
-
-    def __get__(self, table, owner=None):
-        method = self._method
-
-        def refuse(*args, **kwargs):
-            raise NotImplementedError(
-                f"'{table._label}' is a DynamicVariable: {method}() is not supported; store "
-                "rows with assign(keys, values) and train them through "
-                "sok_lite.OptimizerWrapper or sok_lite.OptimizerScope"
-            )
-
-        return refuse
-
-
-# Dense and scatter updates of tf.Variable would reach the hash table's handle as if it were a
-# dense variable; each is refused with a clear message instead.
-for _method in (
-    "assign_add",
-    "assign_sub",
-    "scatter_add",
-    "scatter_sub",
-    "scatter_update",
-    "scatter_max",
-    "scatter_min",
-    "scatter_mul",
-    "scatter_div",
-    "batch_scatter_update",
-    "scatter_nd_add",
-    "scatter_nd_sub",
-    "scatter_nd_update",
-    "scatter_nd_max",
-    "scatter_nd_min",
-):
-    _refused = _Refused()
-    _refused.__set_name__(DynamicVariable, _method)
-    setattr(DynamicVariable, _method, _refused)
-del _method, _refused

@@ -6,20 +6,21 @@ tables ask these questions instead of testing the table's class, so that a new k
 (a disk-backed one, say) is one new class.
 
 Where the rows of a distributed row-numbered table live is stated once for Python in
-sok_lite.key_hash, as the kernels state it in kernels/core/cpu_gpu_rules.h.
+sok_lite.tables.key_hash, as the kernels state it in kernels/core/cpu_gpu_rules.h.
 """
 
 import abc
+import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from sok_lite.key_hash import local_row, row_owner
+from sok_lite.tables.key_hash import local_row, row_owner
 
 
 def _row_owner(ids, num_ranks: int):
-    """(owner rank, local row) of global row ids of a distributed table (sok_lite.key_hash)."""
+    """(owner rank, local row) of global row ids of a distributed table (tables.key_hash)."""
     return row_owner(ids, num_ranks), local_row(ids, num_ranks)
 
 
@@ -94,7 +95,7 @@ class TableKind(abc.ABC):
     def apply_rows(self, optimizer, rule, grad: tf.IndexedSlices, hyper, step) -> None:
         """Applies one row-wise optimizer step to the rows of `grad` (and their slots).
 
-        rule: the optimizer's sok_lite.optimizer_rules.Rule; hyper: its hyper-parameters as
+        rule: the optimizer's sok_lite.optim.optimizer_rules.Rule; hyper: its hyper-parameters as
         the kernels take them; step: the int64 step being applied.
         """
 
@@ -124,7 +125,7 @@ class TableKind(abc.ABC):
 
     @abc.abstractmethod
     def checkpoint_stage(self, pieces: Iterable[tuple[np.ndarray, np.ndarray]], optimizer, step):
-        """A sok_lite.staging.StagedRows whose commit() replaces this rank's rows by those of
+        """A sok_lite.tables.staging.StagedRows whose commit() replaces this rank's rows by those of
         `pieces`, (global ids [n], rows [n, dim * (1 + slots)]) this rank owns, value then each
         slot when an optimizer is given; nothing changes before commit(). A keyed table stores
         the pieces as they come (a later row of a key replaces an earlier one) without holding
@@ -150,6 +151,38 @@ class TableKind(abc.ABC):
         """Stores values for ids this rank holds, as SOK's sok.assign."""
 
     @abc.abstractmethod
-    def serving_copy(self):
-        """The whole table as a sok_lite.serving.ServingTable of plain TF resources (gathered
-        from every rank)."""
+    def serving_copy(self) -> "ServingRows":
+        """The whole table as plain TF resources (gathered from every rank), which
+        sok_lite.io.serving turns into the exported table."""
+
+
+# The fields of a table's memory_stats(), shared by both table kinds and memory_report.
+# In the order of SokLiteDynamicMemoryStats' output.
+MEMORY_STATS = (
+    "rows_ram",
+    "rows_disk",
+    "bytes_ram",
+    "bytes_disk",
+    "ram_budget",
+    "hits",
+    "misses",
+    "spills",
+    "evictions",
+)
+
+
+def ram_only(rows: int, bytes_ram: int) -> dict:
+    """memory_stats() of a table held wholly in RAM that keeps no lookup counters."""
+    stats = dict.fromkeys(MEMORY_STATS, 0)
+    stats.update(rows_ram=rows, bytes_ram=bytes_ram, ram_budget=None)
+    return stats
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingRows:
+    """A table's serving_copy(): every row as a tf.Variable and, for a hash table, the int64
+    key of each row and the per-key initializer of unseen keys (None for a row-numbered table)."""
+
+    rows: tf.Variable
+    keys: tf.Tensor | None = None
+    init: object = None

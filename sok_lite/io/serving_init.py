@@ -6,8 +6,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from sok_lite.initializers import RowInitializer
-from sok_lite.key_hash import splitmix64_tf as _mix
+from sok_lite.tables.initializers import RowInitializer
+from sok_lite.tables.key_hash import splitmix64_tf as _mix
 
 _TRUNCATED_DRAWS = 12  # redraws beyond 2 stddev; P(all 12 fail) ~ 1e-16
 

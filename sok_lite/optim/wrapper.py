@@ -4,11 +4,11 @@ sok_lite tables row-wise and every other weight through the wrapped Keras optimi
 import keras
 import tensorflow as tf
 
+from sok_lite._keras_internals import built_variables
 from sok_lite.comm.shards import shards_of
-from sok_lite.keras._keras_internals import built_variables
-from sok_lite.keras.loss_scaling import adapt_loss_scale_optimizer
-from sok_lite.optimizer_rules import WrapsOptimizer, rule_for, unwrap
-from sok_lite.row_wise import apply_gradients, filter_variables, is_table
+from sok_lite.optim.loss_scaling import adapt_loss_scale_optimizer
+from sok_lite.optim.optimizer_rules import WrapsOptimizer, rule_for, unwrap
+from sok_lite.optim.row_wise import apply_gradients, filter_variables, is_table
 
 
 @keras.saving.register_keras_serializable(package="sok_lite")

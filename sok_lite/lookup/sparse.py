@@ -7,12 +7,13 @@ import tensorflow as tf
 from sok_lite import comm
 from sok_lite._tf_internals import ResourceVariable, variable_accessed
 from sok_lite.comm.shards import local_shard
+from sok_lite.lookup.exported import active_table, combine
+from sok_lite.lookup.ragged_input import ids_parts, weight_values
 from sok_lite.ops import exchange_ops, lookup_ops
-from sok_lite.ragged_input import ids_parts, weight_values
-from sok_lite.serving import active_table, combine
-from sok_lite.table_dtypes import TABLE_DTYPES, row_dtype
-from sok_lite.table_kind import TableKind
-from sok_lite.variable import read_rows
+from sok_lite.tables.dynamic import register_multi_rank_read
+from sok_lite.tables.table_dtypes import TABLE_DTYPES, row_dtype
+from sok_lite.tables.table_kind import TableKind
+from sok_lite.tables.variable import read_rows
 
 COMBINERS = ("sum", "mean", "sqrtn")
 
@@ -254,7 +255,7 @@ def _deduplicated_lookup(params, ids, splits, weights, hot, comb, labels, commun
 
 
 def _serving_lookup(serving, sp_ids, weights, comb, params, single, name):
-    """Plain-TF lookups of the serving copies (see sok_lite.serving): no sok_lite op."""
+    """Plain-TF lookups of the serving copies (see sok_lite.io.serving): no sok_lite op."""
     outputs = []
     with tf.name_scope(name or "sok_lite_lookup_sparse"):
         for t, (table, x) in enumerate(zip(serving, sp_ids)):
@@ -346,3 +347,7 @@ def _exchanged_rows(params, unique, labels, communicator) -> list:
     )
     answered, _ = communicator.alltoall(vectors, vector_splits)
     return exchange_ops.unpack_rows(answered, counts, send_pos, dims)
+
+
+# A hash table read with tf.gather on several ranks: one key per sample, each "combined" alone.
+register_multi_rank_read(lambda table, ids: lookup_sparse(table, ids, hotness=1))

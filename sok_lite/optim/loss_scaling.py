@@ -19,7 +19,7 @@ Two of its parts need help:
 import tensorflow as tf
 
 from sok_lite import comm
-from sok_lite.keras._keras_internals import (
+from sok_lite._keras_internals import (
     loss_scale_optimizer_building,
     replace_finite_check,
     replace_scale_loss,

@@ -5,9 +5,9 @@ import weakref
 import tensorflow as tf
 
 from sok_lite._tf_internals import VARIABLE_VALUE_KEY, ResourceVariable, Trackable
-from sok_lite.optimizer_rules import is_legacy, unwrap
-from sok_lite.table_dtypes import row_dtype
-from sok_lite.table_kind import TableKind
+from sok_lite.optim.optimizer_rules import is_legacy, unwrap
+from sok_lite.tables.table_dtypes import row_dtype
+from sok_lite.tables.table_kind import TableKind
 
 # optimizer -> {table ref -> {slot name -> slot variable}}
 _SLOTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

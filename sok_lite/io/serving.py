@@ -14,18 +14,17 @@ The signature's inputs are named after the exported function's parameters (see
 Memory: the exporting process holds every table whole (gathered from all ranks) once.
 """
 
-import contextlib
 import dataclasses
 import inspect
 
 import tensorflow as tf
 
 from sok_lite import comm
-from sok_lite.serving_init import initial_rows
-from sok_lite.table_dtypes import row_dtype
-from sok_lite.table_kind import TableKind
+from sok_lite.io.serving_init import initial_rows
+from sok_lite.lookup.exported import serving_copies
+from sok_lite.tables.table_dtypes import row_dtype
+from sok_lite.tables.table_kind import TableKind
 
-_active: dict | None = None  # table ref -> ServingTable while exporting
 _OP_PREFIX = "SokLite"
 
 
@@ -36,6 +35,13 @@ class ServingTable:
     rows: tf.Variable
     index: tf.lookup.StaticHashTable | None = None  # None: row-numbered, or a hash table
     init: object = None  # RowInitializer of a hash table; None for a row-numbered table
+
+    @classmethod
+    def of(cls, copy) -> "ServingTable":
+        """The exported form of a table's serving_copy() (a ServingRows)."""
+        if copy.keys is None:
+            return cls(copy.rows)
+        return cls.keyed(copy.keys, copy.rows, copy.init)
 
     @classmethod
     def keyed(cls, keys: tf.Tensor, rows: tf.Variable, init) -> "ServingTable":
@@ -74,35 +80,6 @@ class ServingTable:
         return fresh
 
 
-def active_table(var) -> "ServingTable | None":
-    """The serving copy of `var` while a model is being exported, else None."""
-    return None if _active is None else _active.get(var.ref())
-
-
-def combine(rows, row_splits, weights, combiner: str) -> tf.Tensor:
-    """Plain-TF per-sample sum / mean / sqrtn of [n, dim] rows; a sample with no ids -> zeros."""
-    w = tf.ones([tf.shape(rows)[0]], rows.dtype) if weights is None else weights
-    weighted = tf.RaggedTensor.from_row_splits(rows * w[:, None], row_splits)
-    summed = tf.reduce_sum(weighted, axis=1)
-    if combiner == "sum":
-        return summed
-    w_ragged = tf.RaggedTensor.from_row_splits(w if combiner == "mean" else w * w, row_splits)
-    denom = tf.reduce_sum(w_ragged, axis=1)
-    if combiner == "sqrtn":
-        denom = tf.sqrt(denom)
-    return tf.math.divide_no_nan(summed, denom[:, None])
-
-
-@contextlib.contextmanager
-def _serving(tables):
-    global _active
-    previous, _active = _active, tables
-    try:
-        yield
-    finally:
-        _active = previous
-
-
 def export_saved_model(model_or_fn, path, input_signature, tables=None) -> None:
     """Writes a SavedModel whose "serving_default" signature runs without sok_lite.
 
@@ -127,9 +104,9 @@ def export_saved_model(model_or_fn, path, input_signature, tables=None) -> None:
         tables = [v for v in getattr(model_or_fn, "variables", []) if isinstance(v, TableKind)]
     if not tables:
         raise ValueError("export_saved_model needs the sok_lite tables the model uses")
-    serving = {t.ref(): t.serving_copy() for t in tables}
+    serving = {t.ref(): ServingTable.of(t.serving_copy()) for t in tables}
     signature = _named_signature(model_or_fn, input_signature)
-    with _serving(serving):
+    with serving_copies(serving):
         fn = tf.function(lambda *args: model_or_fn(*args), input_signature=signature)
         concrete = fn.get_concrete_function()
     _refuse_sok_lite_ops(concrete, [_table_name(t) for t in tables])

@@ -1,0 +1,219 @@
+"""Memory layouts of sok_lite tables: bytes per row of each table kind, its optimizer slots
+and its disk tier, as the kernels lay them out, and the formatting that plan_memory and
+memory_report share. The layouts:
+
+- sok.Variable: this rank's rows in the table's dtype; each optimizer slot a float32 (float64
+  for a float64 table) variable of the same rows; once the row-wise kernels step it, one int64
+  per row for the step that last changed it (sok_lite/optim/slots.py).
+- sok.DynamicVariable (kernels/core/hash_table.cc): per stored row a record of dim x (1 +
+  slots) float32 (a 16-bit table packs its value two to a float: (dim + 1) / 2 floats, then the
+  float32 slots) in chunks of 1,024 rows, 32 bytes of metadata (key, last lookup, lookup count,
+  last update) and a bit of occupancy; the index is a power-of-two array of 16-byte slots kept
+  at load <= 0.75. With a disk tier the budget also pays for the index of the rows on disk,
+  16-32 bytes a key however few rows stay in RAM (tier_index_bytes).
+
+memory_report reads each table's own memory_stats() (a hash table counts its records, indexes
+and tiers in C++).
+"""
+
+import math
+import numbers
+import re
+
+import tensorflow as tf
+
+from sok_lite.optim.optimizer_rules import rule_for, unwrap
+from sok_lite.tables.table_dtypes import HALF_DTYPES, row_dtype
+
+# kernels/core/hash_table.h
+HASH_CHUNK_ROWS = 1024
+HASH_ROW_META_BYTES = 32
+HASH_INDEX_SLOT_BYTES = 16
+HASH_MIN_INDEX_SLOTS = 16
+# kernels/core/hash_table.cc: an insert grows the index when it would pass 3/4 full.
+HASH_MAX_LOAD = (3, 4)
+# kernels/core/row_tier_file.*: a record on disk is the bookkeeping and a checksum, then the
+# row's floats, padded to 8 bytes; files are cut into segments of ~1 MiB, at most 8,192 records.
+TIER_HEADER_BYTES = HASH_ROW_META_BYTES + 8
+TIER_INDEX_ENTRY_BYTES = 12
+TIER_SEGMENT_BYTES = 1 << 20
+TIER_SEGMENT_MAX_RECORDS = 8192
+# A tiered plan warns when RAM keeps fewer of a rank's rows than this fraction.
+MIN_RAM_FRACTION = 0.05
+
+
+# Slots per optimizer name, as the row-wise kernels lay them out with the optimizer's defaults
+# (optimizer_rules.py; a test checks each against rule_for).
+OPTIMIZER_SLOTS = {
+    "sgd": 0,
+    "momentum": 1,
+    "nesterov": 1,
+    "adagrad": 1,
+    "rmsprop": 1,
+    "adam": 2,
+    "adamw": 2,
+    "amsgrad": 3,
+    "adamax": 2,
+    "adadelta": 2,
+    "ftrl": 2,
+}
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
+
+
+def parse_bytes(value) -> int | None:
+    """Bytes from an int or a string such as "2GiB", "512MiB", "1.5GB" (None stays None).
+
+    Raises:
+      ValueError: a negative size or a string that is not a size.
+    """
+    if value is None:
+        return None
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"a size in bytes must be >= 0, got {value}")
+        return int(value)
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ValueError(f"{value!r} is not a size: give bytes or a string such as '2GiB'")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def num_slots(optimizer) -> int:
+    """Optimizer slots per row: for a name (OPTIMIZER_SLOTS), None (0) or an optimizer.
+
+    Raises:
+      ValueError: an unknown name, or an optimizer without a row-wise kernel.
+    """
+    if optimizer is None:
+        return 0
+    if isinstance(optimizer, str):
+        name = optimizer.lower()
+        if name not in OPTIMIZER_SLOTS:
+            raise ValueError(
+                f"unknown optimizer {optimizer!r}: one of {sorted(OPTIMIZER_SLOTS)} or an "
+                "optimizer object"
+            )
+        return OPTIMIZER_SLOTS[name]
+    return len(rule_for(unwrap(optimizer)).slots)
+
+
+# --- layouts --------------------------------------------------------------------------------
+
+
+def hash_index_slots(rows: int) -> int:
+    """Slots of the hash index after `rows` inserts: the smallest power of two >= 16 that keeps
+    the load <= 3/4."""
+    num, den = HASH_MAX_LOAD
+    slots = HASH_MIN_INDEX_SLOTS
+    while rows * den > slots * num:
+        slots *= 2
+    return slots
+
+
+def hash_stride(dim: int, slots: int, dtype="float32") -> int:
+    """Floats per record of a hash table stored in `dtype`: the value (dim floats, or dim 16-bit
+    values packed two to a float), then each float32 slot (HashTable::stride)."""
+    value = (dim + 1) // 2 if tf.as_dtype(dtype) in HALF_DTYPES else dim
+    return value + dim * slots
+
+
+def hash_table_bytes(rows: int, dim: int, slots: int, dtype="float32") -> int:
+    """Bytes a DynamicVariable's hash table stored in `dtype` takes for `rows` stored rows of
+    width dim with `slots` optimizer slots each."""
+    if rows <= 0:
+        return hash_index_slots(0) * HASH_INDEX_SLOT_BYTES
+    stride = hash_stride(dim, slots, dtype)
+    chunks = math.ceil(rows / HASH_CHUNK_ROWS)
+    return (
+        chunks * HASH_CHUNK_ROWS * stride * 4
+        + rows * HASH_ROW_META_BYTES
+        + math.ceil(rows / 8)
+        + hash_index_slots(rows) * HASH_INDEX_SLOT_BYTES
+    )
+
+
+def tier_record_bytes(row_bytes: int) -> int:
+    """Bytes of one disk-tier record holding a row of row_bytes (value and slots)."""
+    return (TIER_HEADER_BYTES + row_bytes + 7) // 8 * 8
+
+
+def tier_index_bytes(rows: int, record_bytes: int) -> int:
+    """What a disk tier charges to its table's ram_budget for its index: the size it reaches with
+    all `rows` of the table on disk (12-byte entries at load <= 3/4, a bit per record slot of a
+    file up to twice its rows plus three segments, two ints per segment), as
+    RowTierFile::IndexBytesFor."""
+    capacity = hash_index_slots(rows)
+    segment = min(max(TIER_SEGMENT_BYTES // record_bytes, 1), TIER_SEGMENT_MAX_RECORDS)
+    slots = 2 * rows + 3 * segment
+    return capacity * TIER_INDEX_ENTRY_BYTES + slots // 8 + 8 * (slots // segment + 1)
+
+
+def _ram_rows_bytes(ram_rows: int, stride: int) -> int:
+    """RAM that `ram_rows` rows of `stride` floats take in a tiered table: each with its
+    bookkeeping, a bit and a free-list entry, and a hash index at load <= 3/4."""
+    per_row = stride * 4 + HASH_ROW_META_BYTES + 1 + 8
+    return ram_rows * per_row + hash_index_slots(ram_rows) * HASH_INDEX_SLOT_BYTES
+
+
+def tier_ram_rows(budget: int, stride: int) -> int:
+    """The most rows of `stride` floats a tiered table keeps in RAM within `budget` bytes (what
+    is left beside the disk index), as HashTable::RamRowLimit."""
+    lo, hi = 0, max(budget // (stride * 4 + HASH_ROW_META_BYTES + 1 + 8), 0)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _ram_rows_bytes(mid, stride) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def tier_budget_for(rows: int, ram_rows: int, stride: int) -> int:
+    """The ram_budget with which a tiered table of `rows` rows of `stride` floats keeps
+    `ram_rows` of them in RAM: the disk index (charged for every row) and the RAM rows."""
+    index = tier_index_bytes(rows, tier_record_bytes(stride * 4))
+    return index + _ram_rows_bytes(ram_rows, stride)
+
+
+def static_table_bytes(rows: int, dim: int, dtype, slots: int, trained: bool = True) -> int:
+    """Bytes of `rows` rows of a sok.Variable in `dtype` with `slots` optimizer slots;
+    trained: with the int64 per row in which the row-wise kernels record the last step that
+    changed it."""
+    dtype = tf.as_dtype(dtype)
+    per_row = dim * dtype.size + slots * dim * row_dtype(dtype).size
+    return rows * (per_row + (8 if trained else 0))
+
+
+def _human(n) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _format(entries, with_rank: bool) -> str:
+    head = ["table", "kind", "rows RAM", "RAM", "rows disk", "disk", "budget"]
+    extra = ["hit rate", "spills", "evictions"]
+    has_counters = entries and "hit_rate" in entries[0]
+    if with_rank:
+        head = ["rank"] + head
+    if has_counters:
+        head += extra
+    rows = []
+    for e in entries:
+        row = [e["name"], e["kind"], f"{e['rows_ram']:,}", _human(e["bytes_ram"])]
+        row += [f"{e['rows_disk']:,}", _human(e["bytes_disk"]), _human(e["ram_budget"])]
+        if with_rank:
+            row = [str(e["rank"])] + row
+        if has_counters:
+            rate = "-" if e["hit_rate"] is None else f"{e['hit_rate']:.3f}"
+            row += [rate, f"{e['spills']:,}", f"{e['evictions']:,}"]
+        rows.append(row)
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
+    fmt = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(head)] + [fmt(r) for r in rows])

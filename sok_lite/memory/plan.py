@@ -1,0 +1,271 @@
+"""plan_memory: how much memory sok_lite tables will take on each rank before they exist, from
+the layouts of sok_lite.memory.layouts."""
+
+import dataclasses
+import math
+import numbers
+import warnings
+
+from sok_lite.memory.layouts import (
+    MIN_RAM_FRACTION,
+    _format,
+    _human,
+    hash_stride,
+    hash_table_bytes,
+    num_slots,
+    parse_bytes,
+    static_table_bytes,
+    tier_budget_for,
+    tier_index_bytes,
+    tier_ram_rows,
+    tier_record_bytes,
+)
+from sok_lite.tables.dynamic import DYNAMIC_DTYPES
+from sok_lite.tables.placement import Placement
+from sok_lite.tables.table_dtypes import check_table_dtype
+
+
+@dataclasses.dataclass
+class TableSpec:
+    """A table to plan for.
+
+    Attributes:
+      rows: a static table's rows; a hash table's distinct keys expected over the job.
+      dim: the row width.
+      kind: "static" (sok.Variable) or "hash" (sok.DynamicVariable).
+      dtype: the storage dtype (float32, float64, bfloat16, float16; hash tables: float32,
+        bfloat16, float16).
+      name: a label for the plan.
+      mode: "distributed" or "localized:K".
+      capacity: a hash table's row bound over all ranks (None: unbounded).
+      ram_budget: bytes (or "2GiB") a hash table may keep in RAM per rank with a disk tier
+        (None: all in RAM). It pays for the index of the rows on disk first (16-32 bytes a
+        key), then for the rows in RAM.
+      batch_keys: the distinct keys one batch looks up in the table, over all ranks (None:
+        unknown); a tiered plan warns when RAM holds fewer rows than a rank's share of them.
+    """
+
+    rows: int
+    dim: int
+    kind: str = "static"
+    dtype: object = "float32"
+    name: str | None = None
+    mode: str = "distributed"
+    capacity: int | None = None
+    ram_budget: object = None
+    batch_keys: int | None = None
+
+    @classmethod
+    def of(cls, spec) -> "TableSpec":
+        if isinstance(spec, cls):
+            return spec
+        if isinstance(spec, dict):
+            spec = dict(spec)
+            storage = spec.pop("storage", None)
+            if storage is not None and "ram_budget" not in spec:
+                spec["ram_budget"] = getattr(storage, "ram_budget", None)
+            return cls(**spec)
+        raise ValueError(f"a table spec is a TableSpec or a dict, got {spec!r}")
+
+
+def _check_spec(spec: TableSpec, index: int, num_ranks: int) -> str:
+    label = spec.name or f"table {index}"
+    for field in ("rows", "dim", "batch_keys"):
+        value = getattr(spec, field)
+        if value is None and field == "batch_keys":
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            raise ValueError(f"'{label}': {field} must be an int >= 0, got {value!r}")
+    if spec.dim == 0:
+        raise ValueError(f"'{label}': dim must be > 0")
+    if spec.kind not in ("static", "hash"):
+        raise ValueError(f"'{label}': kind must be 'static' or 'hash', got {spec.kind!r}")
+    dtype = check_table_dtype(spec.dtype, label)
+    if spec.kind == "hash" and dtype not in DYNAMIC_DTYPES:
+        names = ", ".join(d.name for d in DYNAMIC_DTYPES)
+        raise ValueError(f"'{label}': a hash table holds {names} rows, got {dtype.name}")
+    placement = Placement.parse(spec.mode)
+    if placement.kind == "localized" and placement.rank >= num_ranks:
+        raise ValueError(
+            f"'{label}': mode {spec.mode!r} puts the table on rank {placement.rank}, but the "
+            f"plan has {num_ranks} ranks"
+        )
+    if spec.kind == "static" and spec.ram_budget is not None:
+        raise ValueError(
+            f"'{label}': a ram_budget needs a disk tier, which only hash tables (kind='hash', "
+            "sok.DynamicVariable) have; a static table is held in RAM whole"
+        )
+    return label
+
+
+def _local_rows(spec: TableSpec, rank: int, num_ranks: int) -> int:
+    placement = Placement.parse(spec.mode)
+    if spec.kind == "static":
+        return placement.local_rows(spec.rows, rank, num_ranks)
+    if placement.kind == "localized":
+        rows = spec.rows if rank == placement.rank else 0
+        holders = 1
+    else:  # keys spread by hash: each rank expects its share
+        rows = math.ceil(spec.rows / num_ranks)
+        holders = num_ranks
+    if spec.capacity is not None and rows:
+        rows = min(rows, math.ceil(spec.capacity / holders))
+    return rows
+
+
+def _plan_table(spec, label: str, slots: int, trained: bool, rank: int, num_ranks: int) -> dict:
+    rows = _local_rows(spec, rank, num_ranks)
+    if spec.kind == "static":
+        full = static_table_bytes(rows, spec.dim, spec.dtype, slots, trained)
+    else:
+        full = hash_table_bytes(rows, spec.dim, slots, spec.dtype)
+    budget = parse_bytes(spec.ram_budget)  # hash tables only (_check_spec)
+    rows_ram, bytes_ram = rows, full
+    stride = hash_stride(spec.dim, slots, spec.dtype)
+    record = tier_record_bytes(stride * 4)
+    if budget is not None and full > budget:
+        # RAM holds what the budget allows beside the disk index; the rest lives on disk as
+        # whole records.
+        rows_ram = tier_ram_rows(budget - tier_index_bytes(rows, record), stride)
+        bytes_ram = budget
+    rows_disk = rows - rows_ram
+    return {
+        "name": label,
+        "kind": spec.kind,
+        "rank": rank,
+        "rows_ram": rows_ram,
+        "rows_disk": rows_disk,
+        "bytes_ram": int(bytes_ram),
+        "bytes_disk": rows_disk * record,
+        "ram_budget": budget,
+        "slots": slots,
+    }
+
+
+def _batch_rows(spec: TableSpec, rank: int, num_ranks: int) -> int:
+    """The rows of one batch (spec.batch_keys distinct keys) that rank `rank` looks up."""
+    if not spec.batch_keys:
+        return 0
+    placement = Placement.parse(spec.mode)
+    if placement.kind == "localized":
+        return spec.batch_keys if rank == placement.rank else 0
+    return math.ceil(spec.batch_keys / num_ranks)
+
+
+def _tier_warning(spec: TableSpec, entry: dict, num_ranks: int) -> str | None:
+    """Why `entry`, a rank's share of tiered table `spec`, keeps too few rows in RAM: fewer than
+    one batch's or under MIN_RAM_FRACTION of them (None: enough)."""
+    rows = entry["rows_ram"] + entry["rows_disk"]
+    if entry["ram_budget"] is None or not entry["rows_disk"]:
+        return None
+    batch = min(_batch_rows(spec, entry["rank"], num_ranks), rows)
+    least = math.ceil(rows * MIN_RAM_FRACTION)
+    if entry["rows_ram"] >= max(batch, least):
+        return None
+    stride = hash_stride(spec.dim, entry["slots"], spec.dtype)
+    index = tier_index_bytes(rows, tier_record_bytes(stride * 4))
+    short = (
+        f"fewer than the {batch:,} distinct keys of one batch"
+        if entry["rows_ram"] < batch
+        else f"under {MIN_RAM_FRACTION:.0%}"
+    )
+    wanted = max(batch, least)
+    enough = tier_budget_for(rows, wanted, stride)
+    return (
+        f"'{entry['name']}': ram_budget {_human(entry['ram_budget'])} keeps "
+        f"{entry['rows_ram']:,} of rank {entry['rank']}'s {rows:,} rows in RAM ({short}): the "
+        f"index of the rows on disk takes {_human(index)} of it, {index / rows:.1f} bytes a key "
+        f"of the table; a ram_budget of {enough:,} bytes ({_human(enough)}) keeps {wanted:,} "
+        "rows in RAM"
+    )
+
+
+class MemoryPlan(list):
+    """plan_memory's result: one dict per (rank, table), with per-rank totals, and warnings:
+    one line per tiered table whose budget keeps too few rows in RAM on some rank."""
+
+    def __init__(self, entries, num_ranks: int, warned=()):
+        super().__init__(entries)
+        self.num_ranks = num_ranks
+        self.warnings = list(warned)
+
+    @property
+    def bytes_per_rank(self) -> list[int]:
+        """Predicted RAM bytes of each rank, all tables together."""
+        totals = [0] * self.num_ranks
+        for entry in self:
+            totals[entry["rank"]] += entry["bytes_ram"]
+        return totals
+
+    @property
+    def disk_bytes_per_rank(self) -> list[int]:
+        totals = [0] * self.num_ranks
+        for entry in self:
+            totals[entry["rank"]] += entry["bytes_disk"]
+        return totals
+
+    def __str__(self):
+        lines = [_format(self, with_rank=True)]
+        for rank, (ram, disk) in enumerate(zip(self.bytes_per_rank, self.disk_bytes_per_rank)):
+            lines.append(f"rank {rank}: {_human(ram)} in RAM, {_human(disk)} on disk")
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def plan_memory(tables, optimizer="adam", num_ranks: int = 1) -> MemoryPlan:
+    """Predicts the bytes each rank will need for `tables`, before any is created.
+
+    Static tables: this rank's rows x dim in the table's dtype, plus each optimizer slot
+    (float32 beside a 16-bit table) and, with an optimizer, an int64 per row (its last step).
+    Hash tables: the rows this rank expects (keys / ranks, at most capacity / ranks) in the
+    hash table's chunked layout (row + slots in float32, 32 bytes of metadata, the index at
+    load <= 3/4). With a ram_budget, RAM holds min(budget, the full size) and the remaining
+    rows go to disk as records (key, row + slots, metadata). The budget pays for the index of
+    the rows on disk (16-32 bytes a key) before any row in RAM: a tiered table that keeps
+    fewer rows in RAM than one batch's (batch_keys) or under 5% of its rows is warned about
+    (warnings.warn, and in the plan's warnings and str()). TF's own buffers (a batch's ids
+    and activations) are not tables and are not counted.
+
+    Args:
+      tables: TableSpec objects or dicts of their fields, e.g.
+        {"rows": 10**6, "dim": 64} or {"rows": 10**8, "dim": 16, "kind": "hash",
+        "ram_budget": "2GiB"}.
+      optimizer: a name ("adam", "sgd", "adagrad", "ftrl", ...: OPTIMIZER_SLOTS), a Keras
+        optimizer, or None (no slots).
+      num_ranks: the ranks the tables are spread over.
+
+    Returns:
+      A MemoryPlan: a list of dicts (name, kind, rank, rows_ram, rows_disk, bytes_ram,
+      bytes_disk, ram_budget, slots) with bytes_per_rank, warnings and a readable str().
+
+    Raises:
+      ValueError: a bad spec (naming the table): a dtype a table of its kind cannot store, a
+        "localized:K" mode with K >= num_ranks, a ram_budget on a static table; an unknown
+        optimizer or num_ranks < 1.
+
+    >>> import sok_lite as sok
+    >>> plan = sok.plan_memory([{"rows": 1000, "dim": 8, "name": "t"}], "adam", num_ranks=2)
+    >>> plan.bytes_per_rank  # 500 rows x 8 x 4 bytes x (1 + 2 slots) + 8 bytes per row
+    [52000, 52000]
+    """
+    if isinstance(num_ranks, bool) or not isinstance(num_ranks, numbers.Integral):
+        raise ValueError(f"num_ranks must be an int >= 1, got {num_ranks!r}")
+    if num_ranks < 1:
+        raise ValueError(f"num_ranks must be an int >= 1, got {num_ranks}")
+    slots = num_slots(optimizer)
+    specs = [TableSpec.of(t) for t in tables]
+    labels = [_check_spec(spec, i, num_ranks) for i, spec in enumerate(specs)]
+    entries = [
+        _plan_table(spec, label, slots, optimizer is not None, rank, num_ranks)
+        for rank in range(num_ranks)
+        for spec, label in zip(specs, labels)
+    ]
+    found = []  # the first rank short of rows, per table
+    for i, spec in enumerate(specs):
+        for entry in entries[i :: len(specs)]:
+            message = _tier_warning(spec, entry, num_ranks)
+            if message:
+                found.append(message)
+                warnings.warn(message, stacklevel=2)
+                break
+    return MemoryPlan(entries, num_ranks, found)

@@ -1,0 +1,147 @@
+"""Where a DynamicVariable keeps its rows: `sok.storage.Disk(path, ram_budget)` bounds the RAM a
+table's rows take and keeps the rest in a file under `path` (one directory per table and rank).
+
+The file is a cache, not a checkpoint: it is created empty with the table and means nothing
+after the process ends; `sok.dump` / `sok.load` save and restore a table (both tiers). It is
+removed, with its directory, when the table is deleted or the process exits (see
+`release_when_deleted`); a process that is killed leaves it, and the next table of that name
+under that path truncates it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import os
+import re
+import tempfile
+import weakref
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
+
+
+def parse_bytes(value) -> int:
+    """A byte count from an int or a string such as "2GiB", "512MiB", "1.5GB" or "4096".
+
+    Raises:
+      ValueError: anything else, or a count < 1.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"ram_budget must be an int or a string like '2GiB', got {value!r}")
+    if isinstance(value, int):
+        count = value
+    elif isinstance(value, str):
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
+        unit = match.group(2).lower() if match else None
+        if unit not in _UNITS:
+            raise ValueError(f"ram_budget {value!r} is not a byte count like '2GiB' or '512MiB'")
+        count = int(float(match.group(1)) * _UNITS[unit])
+    else:
+        raise ValueError(f"ram_budget must be an int or a string like '2GiB', got {value!r}")
+    if count < 1:
+        raise ValueError(f"ram_budget must be at least 1 byte, got {value!r}")
+    return count
+
+
+@dataclasses.dataclass(frozen=True)
+class Disk:
+    """A RAM tier bounded by `ram_budget` bytes over a disk tier in directory `path`.
+
+    `ram_budget` bounds every byte a table keeps in RAM for its rows on each rank: the index of
+    the rows on disk, 16-32 bytes for every key the rank stores, comes first, then the rows in
+    RAM (value, optimizer slots, bookkeeping) and their hash index. Size it for the keys with
+    `sok.plan_memory`, which warns when too few rows would stay in RAM.
+    When it is reached, a lookup moves the least recently used rows to a file of fixed-size
+    records under `<path>/<table name>.rank<r>`; looking a key up again brings its row back.
+    Nothing is dropped (unlike `capacity`).
+
+    >>> import sok_lite as sok
+    >>> sok.storage.Disk("/tmp/emb", ram_budget="64MiB").ram_budget
+    67108864
+    """
+
+    path: str
+    ram_budget: int
+
+    def __init__(self, path, ram_budget):
+        if not isinstance(path, (str, os.PathLike)) or not str(path):
+            raise ValueError(f"storage.Disk needs a directory path, got {path!r}")
+        object.__setattr__(self, "path", os.fspath(path))
+        object.__setattr__(self, "ram_budget", parse_bytes(ram_budget))
+
+
+# Directories this process gave to tables: a second table of the same name gets its own.
+_used_dirs: set = set()
+
+
+def table_dir(storage: Disk, table_name: str, rank: int) -> str:
+    """A fresh directory for one table's disk tier on this rank, checked writable.
+
+    Raises:
+      ValueError: naming the table and the path, when it cannot be created or written.
+    """
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", table_name) or "table"
+    base = os.path.join(os.path.abspath(storage.path), f"{safe}.rank{rank}")
+    directory, n = base, 1
+    while directory in _used_dirs:
+        directory, n = f"{base}.{n}", n + 1
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as e:
+        raise ValueError(
+            f"DynamicVariable '{table_name}': cannot use '{directory}' for its disk tier "
+            f"(storage.Disk path '{storage.path}'): {e.strerror or e}"
+        ) from None
+    _used_dirs.add(directory)
+    return directory
+
+
+# The files a disk tier writes in its directory (kernels/core/row_tier_file.cc, and
+# hash_table_swap.cc's name for a file being swapped).
+TIER_FILES = ("rows.bin", "rows.bin.swap", "rows.bin.widen")
+_exiting = False
+
+
+def remove_tier_dir(directory: str) -> None:
+    """Removes a disk tier's files, then its directory if that left it empty: nothing else."""
+    for name in TIER_FILES:
+        try:
+            os.remove(os.path.join(directory, name))
+        except FileNotFoundError:
+            pass
+    try:
+        os.rmdir(directory)
+    except OSError:
+        pass
+
+
+def release_when_deleted(table, directory: str, handle) -> None:
+    """Frees `table`'s disk tier when the table is deleted: its resource (RAM and the open file)
+    and its directory. At exit only the files go (the process closes the file itself)."""
+    weakref.finalize(table, _release, directory, handle)
+    # Registered (again) after weakref's own exit hook, so that it runs before it.
+    atexit.unregister(_mark_exiting)
+    atexit.register(_mark_exiting)
+
+
+def _mark_exiting() -> None:
+    global _exiting
+    _exiting = True
+
+
+def _release(directory: str, handle) -> None:
+    if not _exiting:
+        try:
+            import tensorflow as tf
+
+            # Out of any function being traced when the collector runs: the op must not
+            # land in its graph.
+            with tf.init_scope(), tf.device(handle.device):
+                tf.raw_ops.DestroyResourceOp(resource=handle, ignore_lookup_error=True)
+        except Exception:  # noqa: BLE001 -- a finalizer must not raise; the files go anyway
+            pass
+    remove_tier_dir(directory)
+    _used_dirs.discard(directory)
