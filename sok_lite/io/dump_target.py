@@ -46,7 +46,9 @@ def check_target(final: pathlib.Path, checkpoint_format: str) -> None:
                 "remove it first"
             )
     tmp = staging_path(final)
-    if tmp.is_symlink() or (tmp.exists() and not _is_dump_dir(tmp)):
+    # An empty one is taken too: a dump killed between creating it and marking it leaves it,
+    # and removing an empty directory loses nothing.
+    if tmp.is_symlink() or (tmp.exists() and not (_is_dump_dir(tmp) or _is_empty_dir(tmp))):
         raise ValueError(
             f"sok.dump: '{tmp}', where the dump is written before it replaces '{final}', "
             "exists and was not written by sok.dump: refusing to replace it"
@@ -88,6 +90,10 @@ def replace(tmp: pathlib.Path, final: pathlib.Path) -> None:
         os.rename(tmp, final)
         remove_dump_dir(old)
     _sync_dir(final.parent)
+
+
+def _is_empty_dir(path: pathlib.Path) -> bool:
+    return path.is_dir() and not any(path.iterdir())
 
 
 def _is_dump_dir(path: pathlib.Path) -> bool:

@@ -114,6 +114,13 @@ def test_a_failed_dump_leaves_the_previous_checkpoint_and_no_tmp(tmp_path, table
     assert tree(tmp_path) == before
 
 
+def test_an_empty_tmp_left_by_a_dump_killed_before_marking_it_is_reused(tmp_path, tables):
+    path = tmp_path / "ckpt"
+    path.with_name("ckpt.tmp").mkdir()
+    sok.dump(path, *tables)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
 def test_a_killed_dump_leftover_is_cleared_by_the_next_dump(tmp_path, tables):
     path = tmp_path / "ckpt"
     leftover = path.with_name("ckpt.tmp")
