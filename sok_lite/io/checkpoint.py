@@ -34,6 +34,8 @@ CONVERTIBLE_DTYPES = ("float32", "float64", "bfloat16", "float16")
 class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded: missing, incomplete, corrupt or not matching."""
 
+    __module__ = "sok_lite"  # named as users catch it: sok_lite.CheckpointError
+
 
 def _name(var) -> str:
     return var.name.split(":")[0]
@@ -386,7 +388,7 @@ def load(path, variables, optimizer=None) -> None:
     >>> sok.load(path.parent / "missing", [table])
     Traceback (most recent call last):
     ...
-    sok_lite.checkpoint.CheckpointError: ...
+    sok_lite.CheckpointError: ...
     """
     step_counter = None if optimizer is None else optimizer.iterations  # as in dump
     optimizer = unwrap(optimizer)
