@@ -415,7 +415,8 @@ def load(path, variables, optimizer=None) -> None:
             _check_shards(p, manifest, t, widths[t])
 
     for t, var in enumerate(variables):
-        if var.keyed:
+        # Only a bounded hash table has room to check: the others skip this read of the ids.
+        if var.keyed and (var.rank_capacity or var.storage is not None):
             rows = _owned_count(paths[0], manifests[0], t, var, communicator)
             slots = len(manifests[0]["tables"][t]["slots"]) if optimizer is not None else 0
             _check_room(var, rows, slots, paths[0])

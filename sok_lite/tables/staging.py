@@ -14,10 +14,8 @@ from __future__ import annotations
 import os
 import tempfile
 
-import tensorflow as tf
-
 from sok_lite.ops import dynamic_ops
-from sok_lite.tables.storage import remove_tier_dir
+from sok_lite.tables.storage import destroy_table, remove_tier_dir
 
 
 class StagedRows:
@@ -51,13 +49,11 @@ class SwappedRows(StagedRows):
     def commit(self) -> None:
         dynamic_ops.swap_rows(self._table.handle, self._handle)
 
-    def undo(self) -> None:
-        dynamic_ops.swap_rows(self._table.handle, self._handle)
+    undo = commit  # a swap is its own inverse
 
     def discard(self) -> None:
         if self._handle is not None:
-            with tf.init_scope(), tf.device(self._handle.device):
-                tf.raw_ops.DestroyResourceOp(resource=self._handle, ignore_lookup_error=True)
+            destroy_table(self._handle)
             self._handle = None
         if self._tier_dir:
             remove_tier_dir(self._tier_dir)

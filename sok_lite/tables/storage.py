@@ -132,15 +132,19 @@ def _mark_exiting() -> None:
     _exiting = True
 
 
+def destroy_table(handle) -> None:
+    """Frees a table resource (its rows and open tier file), eagerly: out of any function being
+    traced (a collector may run inside one), so that the op never lands in its graph."""
+    import tensorflow as tf
+
+    with tf.init_scope(), tf.device(handle.device):
+        tf.raw_ops.DestroyResourceOp(resource=handle, ignore_lookup_error=True)
+
+
 def _release(directory: str, handle) -> None:
     if not _exiting:
         try:
-            import tensorflow as tf
-
-            # Out of any function being traced when the collector runs: the op must not
-            # land in its graph.
-            with tf.init_scope(), tf.device(handle.device):
-                tf.raw_ops.DestroyResourceOp(resource=handle, ignore_lookup_error=True)
+            destroy_table(handle)
         except Exception:  # noqa: BLE001 -- a finalizer must not raise; the files go anyway
             pass
     remove_tier_dir(directory)
