@@ -98,6 +98,20 @@ def _short_paths(text: str) -> str:
     return re.sub(r"\b(?:[A-Za-z_]\w*\.)+([A-Z]\w*)", r"\1", text)
 
 
+class _Annotation:
+    """A postponed annotation (a string) shown as written, without the quotes of its repr."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _unquoted(annotation):
+    return _Annotation(annotation) if isinstance(annotation, str) else annotation
+
+
 def signature(obj, name: str) -> str | None:
     """`name(parameters) -> return`, or None when there is none to show."""
     target = obj
@@ -117,7 +131,8 @@ def signature(obj, name: str) -> str | None:
     params = list(sig.parameters.values())
     if params and params[0].name in ("self", "cls"):
         params = params[1:]
-    sig = sig.replace(parameters=params)
+    params = [p.replace(annotation=_unquoted(p.annotation)) for p in params]
+    sig = sig.replace(parameters=params, return_annotation=_unquoted(sig.return_annotation))
     if inspect.isclass(obj):
         sig = sig.replace(return_annotation=inspect.Signature.empty)
     return name + _short_paths(str(sig))

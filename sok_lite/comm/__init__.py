@@ -20,7 +20,7 @@ _ALIASES = {"hvd": "horovod", "single": "local"}
 _current: Communicator | None = None
 # What init() chose: the backend, and for "strategy" the strategy (a different one is another
 # communicator).
-_chosen: tuple | None = None
+_chosen: tuple[str, object] = ("", None)
 # The tables created under the current communicator that are still alive: their shards follow
 # its ranks, so it may not change under them.
 _tables: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
@@ -97,6 +97,7 @@ def init(
         if _chosen[0] == chosen[0] and _chosen[1] is chosen[1]:
             return _current  # already chosen: nothing changes
         _refuse_with_tables(comm)
+    communicator: Communicator
     if comm == "strategy":
         from sok_lite.comm.strategy import StrategyCommunicator
 
@@ -124,9 +125,10 @@ def _refuse_with_tables(comm: str) -> None:
     if len(names) > _NAMES_SHOWN:
         shown += f" and {len(names) - _NAMES_SHOWN} more"
     backend, _ = _chosen
+    ranks = None if _current is None else _current.num_ranks
     raise ValueError(
         f"init({comm!r}): {len(names)} table(s) were created under the {backend!r} "
-        f"communicator ({_current.num_ranks} rank(s)) and hold its shards: {shown}. Call "
+        f"communicator ({ranks} rank(s)) and hold its shards: {shown}. Call "
         "sok.init() before creating any table (for Horovod after hvd.init(), for a "
         "tf.distribute strategy inside strategy.scope()), or drop those tables first"
     )

@@ -132,7 +132,7 @@ class _Ref:
         return isinstance(other, _Ref) and other._obj is self._obj
 
 
-def local_shard(var):
+def local_shard(var: tf.Variable) -> tf.Variable:
     """The shard of `var` that this rank uses: the running replica's for ReplicaShards."""
     return var.local() if isinstance(var, ReplicaShards) else var
 

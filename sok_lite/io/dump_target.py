@@ -111,7 +111,8 @@ def _foreign_files(path: pathlib.Path, checkpoint_format: str | None) -> list[st
 
 def _has_manifest(path: pathlib.Path, checkpoint_format: str) -> bool:
     try:
-        return json.loads((path / "manifest.json").read_text()).get("format") == checkpoint_format
+        manifest = json.loads((path / "manifest.json").read_text())
+        return bool(manifest.get("format") == checkpoint_format)
     except (OSError, ValueError, AttributeError):
         return False
 

@@ -14,16 +14,21 @@ The signature's inputs are named after the exported function's parameters (see
 Memory: the exporting process holds every table whole (gathered from all ranks) once.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import inspect
+import os
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite.io.serving_init import initial_rows
 from sok_lite.lookup.exported import serving_copies
+from sok_lite.tables.initializers import RowInitializer
 from sok_lite.tables.table_dtypes import row_dtype
-from sok_lite.tables.table_kind import TableKind
+from sok_lite.tables.table_kind import ServingRows, TableKind
 
 _OP_PREFIX = "SokLite"
 
@@ -34,17 +39,17 @@ class ServingTable:
 
     rows: tf.Variable
     index: tf.lookup.StaticHashTable | None = None  # None: row-numbered, or a hash table
-    init: object = None  # RowInitializer of a hash table; None for a row-numbered table
+    init: RowInitializer | None = None  # of a hash table; None for a row-numbered table
 
     @classmethod
-    def of(cls, copy) -> "ServingTable":
+    def of(cls, copy: ServingRows) -> ServingTable:
         """The exported form of a table's serving_copy() (a ServingRows)."""
         if copy.keys is None:
             return cls(copy.rows)
         return cls.keyed(copy.keys, copy.rows, copy.init)
 
     @classmethod
-    def keyed(cls, keys: tf.Tensor, rows: tf.Variable, init) -> "ServingTable":
+    def keyed(cls, keys: tf.Tensor, rows: tf.Variable, init: RowInitializer | None) -> ServingTable:
         """A hash table's copy: int64 `keys` (row i holds keys[i]) and their `rows`.
 
         A table without rows gets no index (TF's hash tables refuse to import nothing): every
@@ -65,22 +70,31 @@ class ServingTable:
         """The [n, dim] rows of `ids`, as the training table would return them."""
         if self.init is None:
             return tf.cast(tf.gather(self.rows, ids), self.row_dtype)
-        fresh = self._initial_rows(ids)
+        return self._lookup_keys(ids, self.init)
+
+    def _lookup_keys(self, ids: tf.Tensor, init: RowInitializer) -> tf.Tensor:
+        """lookup() of a hash table: stored rows, and new rows for unseen ids."""
+        fresh = self._initial_rows(ids, init)
         if self.index is None:
             return fresh
         pos = self.index.lookup(ids)
         found = tf.cast(tf.gather(self.rows, tf.maximum(pos, 0)), self.row_dtype)
         return tf.where((pos >= 0)[:, None], found, fresh)
 
-    def _initial_rows(self, ids: tf.Tensor) -> tf.Tensor:
+    def _initial_rows(self, ids: tf.Tensor, init: RowInitializer) -> tf.Tensor:
         """The rows a hash table creates for unseen `ids`."""
-        fresh = initial_rows(self.init, ids, int(self.rows.shape[1]))
+        fresh = initial_rows(init, ids, int(self.rows.shape[1]))
         if self.rows.dtype != self.row_dtype:  # a 16-bit table stores its new rows rounded
             fresh = tf.cast(tf.cast(fresh, self.rows.dtype), self.row_dtype)
         return fresh
 
 
-def export_saved_model(model_or_fn, path, input_signature, tables=None) -> None:
+def export_saved_model(
+    model_or_fn: Callable[..., object],
+    path: str | os.PathLike[str],
+    input_signature: Sequence[tf.TensorSpec],
+    tables: Sequence[TableKind] | None = None,
+) -> None:
     """Writes a SavedModel whose "serving_default" signature runs without sok_lite.
 
     The signature's inputs are named after the function's parameters: `def predict(values,
@@ -118,7 +132,9 @@ def export_saved_model(model_or_fn, path, input_signature, tables=None) -> None:
         tf.saved_model.save(root, str(path), signatures={"serving_default": concrete})
 
 
-def _named_signature(model_or_fn, input_signature) -> list:
+def _named_signature(
+    model_or_fn: Callable[..., object], input_signature: Sequence[tf.TensorSpec]
+) -> list[tf.TensorSpec]:
     """`input_signature` with each unnamed TensorSpec named after its input."""
     names = _input_names(model_or_fn, len(input_signature))
     return [
@@ -129,7 +145,7 @@ def _named_signature(model_or_fn, input_signature) -> list:
     ]
 
 
-def _input_names(model_or_fn, count: int) -> list:
+def _input_names(model_or_fn: Callable[..., object], count: int) -> list[str | None]:
     """Per input, a Keras model's feature name or the function's positional parameter name
     (None where there is none)."""
     features = getattr(model_or_fn, "inputs", None)
@@ -142,11 +158,12 @@ def _input_names(model_or_fn, count: int) -> list:
     except (TypeError, ValueError):  # a callable Python cannot inspect
         return [None] * count
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    names = [p.name for p in params if p.kind in positional][:count]
-    return names + [None] * (count - len(names))
+    named: list[str | None] = [p.name for p in params if p.kind in positional]
+    named = named[:count]
+    return named + [None] * (count - len(named))
 
 
-def _identifier(name) -> str | None:
+def _identifier(name: object) -> str | None:
     """A Keras input name as a signature key (the part before any ':'); None if unusable."""
     if not isinstance(name, str):
         return None
@@ -154,11 +171,13 @@ def _identifier(name) -> str | None:
     return name if name.isidentifier() else None
 
 
-def _table_name(table) -> str:
+def _table_name(table: TableKind) -> str:
     return table.name.split(":")[0]
 
 
-def _refuse_sok_lite_ops(concrete, exported: list) -> None:
+def _refuse_sok_lite_ops(
+    concrete: tf.types.experimental.ConcreteFunction, exported: list[str]
+) -> None:
     """Raises ValueError if the traced graph, or a function it calls, holds a sok_lite op: the
     SavedModel would not load without sok_lite.
 
@@ -180,21 +199,23 @@ def _refuse_sok_lite_ops(concrete, exported: list) -> None:
     )
 
 
-def _missing_tables(nodes, exported: list) -> list:
+def _missing_tables(nodes: Sequence[tf.compat.v1.NodeDef], exported: list[str]) -> list[str]:
     """The labels of the tables `nodes` read ("table 1 ('clicks')") that are not exported."""
     labels = [label for node in nodes for label in _op_tables(node)]
     missing = [label for label in labels if not any(f"'{n}'" in label for n in exported)]
     return list(dict.fromkeys(missing))
 
 
-def _sok_lite_nodes(graph_def) -> list:
+def _sok_lite_nodes(
+    graph_def: tf.compat.v1.GraphDef,
+) -> list[tuple[str | None, tf.compat.v1.NodeDef]]:
     """(library function name or None, node) of every sok_lite op in `graph_def`."""
     functions = [(None, graph_def.node)]
     functions += [(f.signature.name, f.node_def) for f in graph_def.library.function]
     return [(name, n) for name, nodes in functions for n in nodes if n.op.startswith(_OP_PREFIX)]
 
 
-def _op_tables(node) -> list:
+def _op_tables(node: tf.compat.v1.NodeDef) -> list[str]:
     """The table labels a sok_lite op carries in its table_name(s) attribute."""
     if "table_names" in node.attr:
         return [s.decode() for s in node.attr["table_names"].list.s if s]

@@ -26,7 +26,7 @@ def _uniform(seed: int, keys: tf.Tensor, dim: int, draw: int) -> tf.Tensor:
     return (tf.cast(tf.bitwise.right_shift(h, _u64(11)), tf.float64) + 0.5) * (1.0 / 2.0**53)
 
 
-def _normal(seed, keys, dim, draw):
+def _normal(seed: int, keys: tf.Tensor, dim: int, draw: int) -> tf.Tensor:
     u1, u2 = _uniform(seed, keys, dim, 2 * draw), _uniform(seed, keys, dim, 2 * draw + 1)
     return tf.sqrt(-2.0 * tf.math.log(u1)) * tf.cos(2.0 * math.pi * u2)
 

@@ -3,7 +3,7 @@
 import dataclasses
 import numbers
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeAlias, TypeGuard
 
 import keras
 import tensorflow as tf
@@ -29,21 +29,28 @@ HASH_TABLE_DEFAULTS = {
 }
 
 
-def serialize_initializer(initializer) -> str | dict:
+# A table's initializer as a feature takes it: a Keras name, a number, a Keras config dict or a
+# keras.initializers.Initializer.
+InitializerLike: TypeAlias = str | float | dict[str, object] | keras.initializers.Initializer
+
+
+def serialize_initializer(initializer: InitializerLike) -> str | dict[str, object]:
     """A name stays a name; an initializer object becomes its Keras config."""
     if isinstance(initializer, str):
         return initializer
-    return keras.initializers.serialize(keras.initializers.get(initializer))
+    config: dict[str, object] = keras.initializers.serialize(keras.initializers.get(initializer))
+    return config
 
 
-def storage_config(storage: Disk | None) -> dict | None:
+def storage_config(storage: Disk | None) -> dict[str, object] | None:
     """A Disk as the plain dict {"path", "ram_budget"} that a config holds (None stays None)."""
     if storage is None:
         return None
     return {"path": storage.path, "ram_budget": storage.ram_budget}
 
 
-def _storage_of(storage, label: str) -> Disk | None:
+# type escape: a config dict's fields are checked by Disk itself
+def _storage_of(storage: Disk | dict[str, Any] | None, label: str) -> Disk | None:
     """A Disk from a Disk or a dict of its fields (as get_config writes it), or None."""
     if storage is None or isinstance(storage, Disk):
         return storage
@@ -58,7 +65,7 @@ def _storage_of(storage, label: str) -> Disk | None:
         raise ValueError(f"{label}: {e}") from None
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
@@ -123,7 +130,7 @@ class FeatureSpec:
     input_dim: int | None = None
     output_dim: int | None = None
     combiner: str = "sum"
-    initializer: Any = "random_normal"
+    initializer: InitializerLike = "random_normal"
     table: str | None = None
     hotness: int | None = None
     pad_value: int | None = None
@@ -136,7 +143,7 @@ class FeatureSpec:
     storage_dtype: str | None = None
     storage: Disk | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         label = f"feature {self.name!r}"
         if self.combiner not in COMBINERS:
             raise ValueError(
@@ -217,7 +224,7 @@ class FeatureSpec:
     def table_name(self) -> str:
         return self.table or self.name
 
-    def get_config(self) -> dict:
+    def get_config(self) -> dict[str, object]:
         """A JSON-friendly dict that `FeatureSpec(**config)` turns back into this spec."""
         config = dataclasses.asdict(self)
         config["initializer"] = serialize_initializer(self.initializer)
@@ -225,17 +232,18 @@ class FeatureSpec:
         return config
 
     @classmethod
-    def coerce(cls, spec: "FeatureSpec | dict") -> "FeatureSpec":
+    def coerce(cls, spec: "FeatureSpec | dict[str, object]") -> "FeatureSpec":
         """A FeatureSpec from itself or from a dict of its fields."""
-        return spec if isinstance(spec, cls) else cls(**spec)
+        # type escape: a config dict holds each field's own type, which dict cannot state
+        return spec if isinstance(spec, cls) else cls(**spec)  # type: ignore[arg-type]
 
 
-def _storage_dtype_name(storage_dtype, hashed: bool, label: str) -> str | None:
+def _storage_dtype_name(storage_dtype: object, hashed: bool, label: str) -> str | None:
     """The storage dtype by name (None stays None: the layer's variable dtype)."""
     if storage_dtype is None:
         return None
     try:
-        name = tf.as_dtype(storage_dtype).name
+        name: str = tf.as_dtype(storage_dtype).name
     except TypeError:
         name = repr(storage_dtype)
     allowed = HASH_STORAGE_DTYPES if hashed else STORAGE_DTYPES
@@ -245,7 +253,9 @@ def _storage_dtype_name(storage_dtype, hashed: bool, label: str) -> str | None:
     return name
 
 
-def table_dtype(spec: "TableSpec", variable_dtype, compute_dtype) -> tf.DType:
+def table_dtype(
+    spec: "TableSpec", variable_dtype: tf.DType | str, compute_dtype: tf.DType | str
+) -> tf.DType:
     """The dtype a table of `spec` is created in, for a layer of these dtypes.
 
     Raises:
@@ -263,12 +273,12 @@ def table_dtype(spec: "TableSpec", variable_dtype, compute_dtype) -> tf.DType:
     return dtype
 
 
-def _key_dtype_name(key_dtype, label: str) -> str:
+def _key_dtype_name(key_dtype: object, label: str) -> str:
     try:
-        name = tf.as_dtype(key_dtype).name
+        name: str | None = tf.as_dtype(key_dtype).name
     except TypeError:
         name = None
-    if name not in KEY_DTYPES:
+    if name is None or name not in KEY_DTYPES:
         raise ValueError(f"{label}: key_dtype must be one of {KEY_DTYPES}, got {key_dtype!r}")
     return name
 
@@ -280,7 +290,7 @@ class TableSpec:
     name: str
     input_dim: int | None
     output_dim: int
-    initializer: Any
+    initializer: InitializerLike
     mode: str
     capacity: int | None = None
     evict_policy: str = "lru"
@@ -292,6 +302,7 @@ class TableSpec:
     @classmethod
     def of(cls, feature: FeatureSpec, name: str | None = None) -> "TableSpec":
         """The table `feature` reads, named `name` (default: the feature's table name)."""
+        assert feature.output_dim is not None  # FeatureSpec refuses None
         return cls(
             name or feature.table_name,
             feature.input_dim,
@@ -311,7 +322,7 @@ class TableSpec:
         return self.input_dim is None
 
 
-def _initializer_identity(initializer):
+def _initializer_identity(initializer: InitializerLike) -> str | dict[str, object]:
     """The initializer's config without the `shared_object_id` Keras adds when it serializes one
     object twice inside a saving scope (so that one object compares equal to itself)."""
     config = serialize_initializer(initializer)

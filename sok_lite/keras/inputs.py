@@ -4,7 +4,7 @@ into the id and weight lists that lookup_sparse takes."""
 import tensorflow as tf
 
 
-def as_id_lists(inputs, pad_value: int | None, label: str):
+def as_id_lists(inputs: tf.Tensor, pad_value: int | None, label: str) -> tf.RaggedTensor:
     """The ids of one feature as a [batch, None] tf.RaggedTensor or tf.SparseTensor.
 
     Args:
@@ -29,7 +29,9 @@ def as_id_lists(inputs, pad_value: int | None, label: str):
     return tf.ragged.boolean_mask(dense, _kept(dense, pad_value))
 
 
-def as_weighted_id_lists(inputs, weights, pad_value: int | None, label: str):
+def as_weighted_id_lists(
+    inputs: tf.Tensor, weights: tf.Tensor, pad_value: int | None, label: str
+) -> tuple[tf.RaggedTensor, tf.RaggedTensor]:
     """The ids of one weighted feature and their weights, in one [batch, None] layout.
 
     Args:

@@ -7,7 +7,8 @@ tf.train.Checkpoint see them) and look all of their features up, with the per-id
 weighted features, in one sok_lite.lookup_sparse call.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import TypeAlias
 
 import keras
 import tensorflow as tf
@@ -15,6 +16,7 @@ import tensorflow as tf
 from sok_lite import comm
 from sok_lite._keras_internals import in_symbolic_build, set_trainable, track_table
 from sok_lite.comm.strategy import StrategyCommunicator, in_replica_context
+from sok_lite.compat.sok2_dynamic import DynamicVariable
 from sok_lite.keras.features import (
     FeatureSpec,
     TableSpec,
@@ -34,15 +36,20 @@ from sok_lite.keras.tables import (
     stored_values,
 )
 from sok_lite.lookup.sparse import lookup_sparse
-from sok_lite.tables.dynamic import DynamicVariable
 from sok_lite.tables.storage import Disk
 from sok_lite.tables.variable import Variable
+
+# A feature's ids or per-id weights: a tf.Tensor, tf.RaggedTensor or tf.SparseTensor (or, while
+# Keras builds the model, a keras.KerasTensor).
+Ids: TypeAlias = tf.Tensor | tf.RaggedTensor | tf.SparseTensor | keras.KerasTensor
+# What Keras saves a layer's weights into and loads them from (save_own_variables).
+WeightStore: TypeAlias = MutableMapping[str, object]
 
 
 class _TableLayer(keras.layers.Layer):
     """What both layers share: table creation and tracking, freezing, no XLA."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)
         # Our ops have no XLA kernels: keep Keras' jit_compile="auto" from choosing XLA.
         self.supports_jit = False
@@ -51,16 +58,16 @@ class _TableLayer(keras.layers.Layer):
         # build() may run while Keras traces a function; the table must outlive that graph.
         with tf.init_scope():
             dtype = table_dtype(spec, self.variable_dtype, self.compute_dtype)
-            table = create_table(spec, name, dtype, self.trainable)
+            table: Variable | DynamicVariable = create_table(spec, name, dtype, self.trainable)
         track_table(self, table)
         return table
 
     # Keras saves each weight as one dense array; a hash table has none (see keras/tables.py).
-    def save_own_variables(self, store):
+    def save_own_variables(self, store: WeightStore) -> None:
         for i, weight in enumerate(self.weights):
             save_weight(store, str(i), weight)
 
-    def load_own_variables(self, store):
+    def load_own_variables(self, store: WeightStore) -> None:
         # Every weight is checked before any changes: a bad file leaves the layer as it was.
         for i, weight in enumerate(self.weights):
             check_weight(store, str(i), weight, f"layer {self.name!r}")
@@ -72,15 +79,17 @@ class _TableLayer(keras.layers.Layer):
         """The number of values in the layer's tables; a hash table counts the rows stored on
         this process times its dimension, a number that grows as keys arrive."""
         if not self.built:
-            return super().count_params()  # Keras' error for an unbuilt layer
+            count: int = super().count_params()  # Keras' error for an unbuilt layer
+            return count
         return sum(stored_values(weight) for weight in self.weights)
 
     # Keras' contract is one dense array per weight, which a hash table does not have.
-    def get_weights(self):
+    def get_weights(self) -> list[object]:
         self._refuse_hash_tables("get_weights")
-        return super().get_weights()
+        weights: list[object] = super().get_weights()
+        return weights
 
-    def set_weights(self, weights):
+    def set_weights(self, weights: Sequence[object]) -> None:
         self._refuse_hash_tables("set_weights")
         super().set_weights(weights)
 
@@ -97,11 +106,11 @@ class _TableLayer(keras.layers.Layer):
 
     def _lookup(
         self,
-        tables: Sequence[Variable],
+        tables: Sequence[Variable | DynamicVariable],
         features: Sequence[FeatureSpec],
-        inputs,
-        weights=None,
-    ):
+        inputs: Sequence[Ids],
+        weights: Sequence[Ids | None] | None = None,
+    ) -> list[tf.Tensor]:
         """inputs: the ids per feature; weights: None, or per feature None or its per-id
         weights."""
         weights = [None] * len(features) if weights is None else weights
@@ -118,7 +127,9 @@ class _TableLayer(keras.layers.Layer):
         )
         return [tf.cast(out, self.compute_dtype) for out in outputs]
 
-    def _id_lists(self, inputs, weights, feature: FeatureSpec):
+    def _id_lists(
+        self, inputs: Ids, weights: Ids | None, feature: FeatureSpec
+    ) -> tuple[tf.RaggedTensor, tf.RaggedTensor | None]:
         """(ids, weights or None) of one feature, as lookup_sparse takes them."""
         label = self._label(feature)
         if weights is None:
@@ -128,13 +139,15 @@ class _TableLayer(keras.layers.Layer):
     def _label(self, feature: FeatureSpec) -> str:
         return f"layer {self.name!r}, feature {feature.name!r}"
 
-    def _placeholder_output(self, ids, feature: FeatureSpec) -> tf.Tensor:
+    def _placeholder_output(self, ids: Ids, feature: FeatureSpec) -> tf.Tensor:
         rows = ids.dense_shape[0] if isinstance(ids, tf.SparseTensor) else ids.nrows()
         if ids.shape[0] is not None:
             rows = ids.shape[0]
         return tf.zeros(tf.stack([rows, feature.output_dim]), self.compute_dtype)
 
-    def _output_spec(self, inputs, weights, feature: FeatureSpec) -> keras.KerasTensor:
+    def _output_spec(
+        self, inputs: Ids, weights: Ids | None, feature: FeatureSpec
+    ) -> keras.KerasTensor:
         _refuse_composite_input_under_replicas(inputs, self._label(feature))
         if weights is not None:
             check_weight_spec(inputs, weights, self._label(feature))
@@ -157,7 +170,7 @@ class _TableLayer(keras.layers.Layer):
                 set_trainable(weight, self._trainable)
 
 
-def _refuse_composite_input_under_replicas(inputs, label: str) -> None:
+def _refuse_composite_input_under_replicas(inputs: Ids, label: str) -> None:
     """A model built on a ragged or sparse keras.Input under a strategy with several replicas
     cannot be trained by `fit`: Keras reduces a distributed input batch over the replicas to
     build the model, and tf.distribute cannot reduce composite tensors ("'RaggedTensor' object
@@ -256,7 +269,7 @@ class Embedding(_TableLayer):
         output_dim: int | None = None,
         *,
         combiner: str = "sum",
-        initializer: str | dict | keras.initializers.Initializer = "random_normal",
+        initializer: str | dict[str, object] | keras.initializers.Initializer = "random_normal",
         mode: str = "distributed",
         hotness: int | None = None,
         pad_value: int | None = None,
@@ -265,10 +278,10 @@ class Embedding(_TableLayer):
         min_count: int = 1,
         key_dtype: str = "int64",
         storage_dtype: str | None = None,
-        storage: Disk | dict | None = None,
+        storage: Disk | dict[str, object] | None = None,
         weighted: bool = False,
-        **kwargs,
-    ):
+        **kwargs: object,
+    ) -> None:
         super().__init__(**kwargs)
         self.weighted = bool(weighted)
         self.feature = FeatureSpec(
@@ -285,7 +298,8 @@ class Embedding(_TableLayer):
             min_count=min_count,
             key_dtype=key_dtype,
             storage_dtype=storage_dtype,
-            storage=storage,
+            # type escape: FeatureSpec turns a storage config dict into a Disk
+            storage=storage,  # type: ignore[arg-type]
         )
 
     input_dim = property(lambda self: self.feature.input_dim)
@@ -302,17 +316,17 @@ class Embedding(_TableLayer):
     storage_dtype = property(lambda self: self.feature.storage_dtype)
     storage = property(lambda self: self.feature.storage)
 
-    def build(self, input_shape=None):
+    def build(self, input_shape: object = None) -> None:
         self.embeddings = self._create_table(TableSpec.of(self.feature), "embeddings")
 
-    def call(self, inputs):
+    def call(self, inputs: Ids | tuple[Ids, Ids]) -> tf.Tensor:
         ids, weights = self._ids_and_weights(inputs)
         return self._lookup([self.embeddings], [self.feature], [ids], [weights])[0]
 
-    def compute_output_spec(self, inputs):
+    def compute_output_spec(self, inputs: Ids | tuple[Ids, Ids]) -> keras.KerasTensor:
         return self._output_spec(*self._ids_and_weights(inputs), self.feature)
 
-    def _ids_and_weights(self, inputs) -> tuple:
+    def _ids_and_weights(self, inputs: Ids | tuple[Ids, Ids]) -> tuple[Ids, Ids | None]:
         if not self.weighted:
             return inputs, None
         if not isinstance(inputs, (tuple, list)) or len(inputs) != 2:
@@ -320,10 +334,11 @@ class Embedding(_TableLayer):
                 f"layer {self.name!r} is weighted: call it on a tuple (ids, weights), got "
                 f"{type(inputs).__name__}"
             )
-        return tuple(inputs)
+        ids, weights = inputs
+        return ids, weights
 
-    def get_config(self) -> dict:
-        config = super().get_config()
+    def get_config(self) -> dict[str, object]:
+        config: dict[str, object] = super().get_config()
         f = self.feature
         config.update(
             input_dim=f.input_dim,
@@ -381,7 +396,9 @@ class EmbeddingCollection(_TableLayer):
     (['history', 'item'], TensorShape([1, 8]))
     """
 
-    def __init__(self, features: Sequence[FeatureSpec | dict], **kwargs):
+    def __init__(
+        self, features: Sequence[FeatureSpec | dict[str, object]], **kwargs: object
+    ) -> None:
         super().__init__(**kwargs)
         self.features = tuple(FeatureSpec.coerce(f) for f in features)
         if not self.features:
@@ -389,7 +406,7 @@ class EmbeddingCollection(_TableLayer):
         self._table_specs = table_specs(self.features)
         check_weight_features(self.features)
 
-    def build(self, input_shape=None):
+    def build(self, input_shape: object = None) -> None:
         # A tf.Module holds the tables: Keras' own dict tracking does not reach TF variables,
         # TF's does (checkpoint keys .../tables/<table name>).
         store = tf.Module()
@@ -401,9 +418,10 @@ class EmbeddingCollection(_TableLayer):
     @property
     def tables(self) -> dict[str, Variable | DynamicVariable]:
         """{table name: sok_lite.Variable, or DynamicVariable for a hash table}, once built."""
-        return dict(self._table_store.tables)
+        tables: dict[str, Variable | DynamicVariable] = dict(self._table_store.tables)
+        return tables
 
-    def _ordered_inputs(self, inputs) -> list:
+    def _ordered_inputs(self, inputs: Mapping[str, Ids] | Sequence[Ids]) -> list[Ids]:
         if isinstance(inputs, Mapping):
             missing = [f.name for f in self.features if f.name not in inputs]
             if missing:
@@ -416,7 +434,7 @@ class EmbeddingCollection(_TableLayer):
             )
         return inputs
 
-    def _ordered_weights(self, inputs) -> list:
+    def _ordered_weights(self, inputs: Mapping[str, Ids] | Sequence[Ids]) -> list[Ids | None]:
         """Per feature, its weights from the dict input, or None for an unweighted feature."""
         weighted = [f for f in self.features if f.weight_feature is not None]
         if not isinstance(inputs, Mapping):
@@ -437,7 +455,9 @@ class EmbeddingCollection(_TableLayer):
             None if f.weight_feature is None else inputs[f.weight_feature] for f in self.features
         ]
 
-    def call(self, inputs):
+    def call(
+        self, inputs: Mapping[str, Ids] | Sequence[Ids]
+    ) -> dict[str, tf.Tensor] | list[tf.Tensor]:
         tables = self._table_store.tables
         outputs = self._lookup(
             [tables[f.table_name] for f in self.features],
@@ -449,7 +469,9 @@ class EmbeddingCollection(_TableLayer):
             return {f.name: out for f, out in zip(self.features, outputs)}
         return outputs
 
-    def compute_output_spec(self, inputs):
+    def compute_output_spec(
+        self, inputs: Mapping[str, Ids] | Sequence[Ids]
+    ) -> dict[str, keras.KerasTensor] | list[keras.KerasTensor]:
         specs = [
             self._output_spec(x, w, f)
             for x, w, f in zip(
@@ -460,7 +482,7 @@ class EmbeddingCollection(_TableLayer):
             return {f.name: s for f, s in zip(self.features, specs)}
         return specs
 
-    def get_config(self) -> dict:
-        config = super().get_config()
+    def get_config(self) -> dict[str, object]:
+        config: dict[str, object] = super().get_config()
         config["features"] = [f.get_config() for f in self.features]
         return config

@@ -1,13 +1,15 @@
 """sok_lite.lookup_sparse: the fused multi-table embedding lookup."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeAlias, TypeVar, cast
 
 import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite._tf_internals import ResourceVariable, variable_accessed
+from sok_lite.comm.base import Communicator
 from sok_lite.comm.shards import local_shard
-from sok_lite.lookup.exported import active_table, combine
+from sok_lite.lookup.exported import ServingTable, active_table, combine
 from sok_lite.lookup.ragged_input import ids_parts, weight_values
 from sok_lite.ops import exchange_ops, lookup_ops
 from sok_lite.tables.dynamic import register_multi_rank_read
@@ -17,22 +19,35 @@ from sok_lite.tables.variable import read_rows
 
 COMBINERS = ("sum", "mean", "sqrtn")
 
+# A table of a lookup: a sok_lite table, or a resource tf.Variable while there is one rank.
+Table: TypeAlias = TableKind | tf.Variable
+# The ids of one table: tf.SparseTensor, tf.RaggedTensor or a dense tf.Tensor.
+Ids: TypeAlias = tf.SparseTensor | tf.RaggedTensor | tf.Tensor
+# How rows of a group of tables are read: (tables, unique ids, labels) -> rows per table.
+RowReader: TypeAlias = Callable[
+    [Sequence[Table], Sequence[tf.Tensor], Sequence[str]], list[tf.Tensor]
+]
 
-def _per_table(value, n: int, what: str) -> list:
+_T = TypeVar("_T")
+
+
+def _per_table(value: _T | Sequence[_T | None] | None, n: int, what: str) -> list[_T | None]:
     """Broadcasts None or a scalar setting to every table; checks a list has one per table."""
     if value is None or isinstance(value, (str, int)):
-        return [value] * n
-    value = list(value)
-    if len(value) != n:
-        raise ValueError(f"{what} has {len(value)} entries for {n} tables")
-    return value
+        # A str is a Sequence too, so the checker cannot tell the scalar from the list here.
+        return [cast("_T", value)] * n
+    items = list(cast("Sequence[_T | None]", value))
+    if len(items) != n:
+        raise ValueError(f"{what} has {len(items)} entries for {n} tables")
+    return items
 
 
-def _table_name(var) -> str:
-    return var.name.split(":")[0]
+def _table_name(var: Table) -> str:
+    name: str = var.name.split(":")[0]
+    return name
 
 
-def _check_param(var, table: int) -> None:
+def _check_param(var: Table, table: int) -> None:
     if not isinstance(var, (ResourceVariable, TableKind)):
         raise ValueError(
             f"table {table}: params must be sok_lite.Variable (or a resource "
@@ -49,15 +64,15 @@ def _check_param(var, table: int) -> None:
 
 
 def lookup_sparse(
-    params,
-    sp_ids,
-    sp_weights=None,
+    params: Table | Sequence[Table],
+    sp_ids: Ids | Sequence[Ids],
+    sp_weights: Ids | Sequence[Ids | None] | None = None,
     combiners: str | Sequence[str] | None = None,
     *,
     hotness: int | Sequence[int | None] | None = None,
     name: str | None = None,
     use_low_frequency_filter: bool = False,
-):
+) -> tf.Tensor | list[tf.Tensor]:
     """Looks up and combines the embeddings of many tables in one fused step.
 
     Args:
@@ -102,7 +117,7 @@ def lookup_sparse(
     single = not isinstance(params, (list, tuple))
     # A table with one shard per replica (MirroredStrategy) is read through the running
     # replica's shard.
-    params = [local_shard(p) for p in ([params] if single else params)]
+    params = [local_shard(p) for p in (params if isinstance(params, (list, tuple)) else [params])]
     if single:
         sp_ids = [sp_ids]
         sp_weights = None if sp_weights is None else [sp_weights]
@@ -112,8 +127,10 @@ def lookup_sparse(
     if isinstance(sp_ids, (tf.SparseTensor, tf.RaggedTensor, tf.Tensor)) or len(sp_ids) != n:
         raise ValueError(f"sp_ids must be a list with one entry per table ({n})")
     weights = _per_table(sp_weights, n, "sp_weights")
-    hot = [int(h or 0) for h in _per_table(hotness, n, "hotness")]
-    comb = [c or "sum" for c in _per_table(combiners, n, "combiners")]
+    hotness_per_table: list[int | None] = _per_table(hotness, n, "hotness")
+    combiners_per_table: list[str | None] = _per_table(combiners, n, "combiners")
+    hot = [int(h or 0) for h in hotness_per_table]
+    comb = [c or "sum" for c in combiners_per_table]
     for t, (var, c, h) in enumerate(zip(params, comb, hot)):
         _check_param(var, t)
         if c not in COMBINERS:
@@ -125,7 +142,8 @@ def lookup_sparse(
             raise ValueError(f"table {t} ('{_table_name(var)}'): hotness must be >= 0, got {h}")
     serving = [active_table(v) for v in params]
     if all(s is not None for s in serving):
-        return _serving_lookup(serving, sp_ids, weights, comb, params, single, name)
+        copies = [s for s in serving if s is not None]
+        return _serving_lookup(copies, sp_ids, weights, comb, params, single, name)
     communicator = comm.current()
     if communicator.num_ranks > 1:
         _check_distributed_params(params)
@@ -158,7 +176,7 @@ def lookup_sparse(
         rest = [t for t in range(n) if t not in fused]
         if rest:
 
-            def pick(values):
+            def pick(values: Sequence[_T]) -> list[_T]:
                 return [values[t] for t in rest]
 
             with tf.control_dependencies(checks):
@@ -185,7 +203,9 @@ def lookup_sparse(
     return outputs[0] if single else outputs
 
 
-def _batch_check(sp_ids, splits, labels) -> list:
+def _batch_check(
+    sp_ids: Sequence[Ids], splits: Sequence[tf.Tensor], labels: Sequence[str]
+) -> list[tf.Operation]:
     """Refuses tables fed different batch sizes (SOK's fused lookup, too, takes one batch for
     every table of a call): from the static shapes where all are known, with no op; else with
     one assert on the row_splits lengths. Returns the assert, or []."""
@@ -212,7 +232,7 @@ def _batch_check(sp_ids, splits, labels) -> list:
 _SAME_BATCH = "every table of one lookup takes the same batch"
 
 
-def _hotness_check(splits, hotness: int, label: str):
+def _hotness_check(splits: tf.Tensor, hotness: int, label: str) -> tf.Operation:
     """Fails as the fused hash-table lookup would on a sample longer than `hotness`, so that a
     call with several tables can refuse it before any table stores a key."""
     longest = tf.reduce_max(tf.concat([[0], splits[1:] - splits[:-1]], 0))
@@ -223,12 +243,21 @@ def _hotness_check(splits, hotness: int, label: str):
     )
 
 
-def _fused_lookup(var, num_ranks: int) -> bool:
+def _fused_lookup(var: Table, num_ranks: int) -> bool:
     """Whether the table looks up and combines its ids in one op, without deduplication."""
     return isinstance(var, TableKind) and var.combines_in_place(num_ranks)
 
 
-def _deduplicated_lookup(params, ids, splits, weights, hot, comb, labels, communicator):
+def _deduplicated_lookup(
+    params: list[Table],
+    ids: list[tf.Tensor],
+    splits: list[tf.Tensor],
+    weights: list[tf.Tensor],
+    hot: list[int],
+    comb: list[str],
+    labels: list[str],
+    communicator: Communicator,
+) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
     """Unique ids per table, their rows (read in place, or from the owners), then the combine.
 
     labels: the tables' labels in error messages. Returns the combined rows per table and the
@@ -254,7 +283,15 @@ def _deduplicated_lookup(params, ids, splits, weights, hot, comb, labels, commun
     return outputs, list(unique)
 
 
-def _serving_lookup(serving, sp_ids, weights, comb, params, single, name):
+def _serving_lookup(
+    serving: Sequence[ServingTable],
+    sp_ids: Sequence[Ids],
+    weights: Sequence[Ids | None],
+    comb: Sequence[str],
+    params: Sequence[Table],
+    single: bool,
+    name: str | None,
+) -> tf.Tensor | list[tf.Tensor]:
     """Plain-TF lookups of the serving copies (see sok_lite.io.serving): no sok_lite op."""
     outputs = []
     with tf.name_scope(name or "sok_lite_lookup_sparse"):
@@ -262,12 +299,13 @@ def _serving_lookup(serving, sp_ids, weights, comb, params, single, name):
             label = f"table {t} ('{_table_name(params[t])}')"
             ids, splits = ids_parts(x, label, plain_tf=True)
             dtype = table.row_dtype
-            w = None if weights[t] is None else tf.cast(weights[t].values, dtype)
+            weight = weights[t]
+            w = None if weight is None else tf.cast(weight.values, dtype)
             outputs.append(combine(table.lookup(ids), splits, w, comb[t]))
     return outputs[0] if single else outputs
 
 
-def _global_rows(var) -> int:
+def _global_rows(var: Table) -> int:
     """The number of valid ids; -1 for any key."""
     if isinstance(var, TableKind):
         return var.id_limit
@@ -275,16 +313,16 @@ def _global_rows(var) -> int:
     return -1 if rows is None else int(rows)
 
 
-def _dtype_groups(params) -> list[list[int]]:
+def _dtype_groups(params: Sequence[Table]) -> list[list[int]]:
     """Table indices grouped by row dtype (one combine op per group; 16-bit tables combine
     float32 rows)."""
-    groups: dict = {}
+    groups: dict[tf.DType, list[int]] = {}
     for t, var in enumerate(params):
         groups.setdefault(row_dtype(var.dtype), []).append(t)
     return list(groups.values())
 
 
-def _check_distributed_params(params) -> None:
+def _check_distributed_params(params: Sequence[Table]) -> None:
     for t, var in enumerate(params):
         if not isinstance(var, TableKind):
             raise ValueError(
@@ -299,18 +337,20 @@ def _check_distributed_params(params) -> None:
             )
 
 
-def _reader(var):
+def _reader(var: Table) -> RowReader:
     """How the rows of `var` are read on this rank; a plain resource variable (one rank only)
     is read as a sok_lite.Variable is."""
     return var.read_local if isinstance(var, TableKind) else read_rows
 
 
-def _local_rows(params, unique, labels) -> list:
+def _local_rows(
+    params: Sequence[Table], unique: Sequence[tf.Tensor], labels: Sequence[str]
+) -> list[tf.Tensor]:
     """One rank: every row is here; read the unique rows in place (hash tables: find or create).
 
     Tables read the same way and of one dtype are read together, in one op where the kind can.
     """
-    groups: dict = {}
+    groups: dict[tuple[RowReader, tf.DType], list[int]] = {}
     for t, var in enumerate(params):
         groups.setdefault((_reader(var), row_dtype(var.dtype)), []).append(t)
     rows = [None] * len(params)
@@ -323,7 +363,12 @@ def _local_rows(params, unique, labels) -> list:
     return rows
 
 
-def _exchanged_rows(params, unique, labels, communicator) -> list:
+def _exchanged_rows(
+    params: Sequence[Table],
+    unique: list[tf.Tensor],
+    labels: list[str],
+    communicator: Communicator,
+) -> list[tf.Tensor]:
     """Several ranks: ask the owners for the unique rows, all tables in one pair of all-to-alls.
 
     The id message carries per-table counts in front of each destination's ids, so one

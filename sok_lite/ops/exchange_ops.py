@@ -7,7 +7,9 @@ from sok_lite._loader import ops as _ops
 from sok_lite.ops.op_inputs import inputs_by_name
 
 
-def partition_by_owner(unique_ids, num_ranks, localized_ranks, name=None):
+def partition_by_owner(
+    unique_ids: list[tf.Tensor], num_ranks: int, localized_ranks: list[int], name: str | None = None
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
     """Builds the id message from each table's unique global ids.
 
     Args:
@@ -27,7 +29,16 @@ def partition_by_owner(unique_ids, num_ranks, localized_ranks, name=None):
         )
 
 
-def gather_for_peers(handles, message, splits, dtype, dims, dynamic, table_names, name=None):
+def gather_for_peers(
+    handles: list[tf.Tensor],
+    message: tf.Tensor,
+    splits: tf.Tensor,
+    dtype: tf.DType,
+    dims: list[int],
+    dynamic: list[bool],
+    table_names: list[str],
+    name: str | None = None,
+) -> tuple[tf.Tensor, tf.Tensor]:
     """Answers a received id message with the flattened local rows; (vectors, vector_splits).
 
     dynamic: per table, True for a hash table (rows found or created by key).
@@ -44,7 +55,13 @@ def gather_for_peers(handles, message, splits, dtype, dims, dynamic, table_names
         )
 
 
-def unpack_rows(vectors, counts, send_pos, dims, name=None):
+def unpack_rows(
+    vectors: tf.Tensor,
+    counts: tf.Tensor,
+    send_pos: tf.Tensor,
+    dims: list[int],
+    name: str | None = None,
+) -> list[tf.Tensor]:
     """Per-table [u_t, dim_t] rows, in unique order, from the received vector message."""
     with tf.name_scope(name or "sok_lite_unpack_rows"):
         return _ops().sok_lite_unpack_rows(

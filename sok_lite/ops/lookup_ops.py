@@ -17,7 +17,14 @@ def row_splits_from_row_ids(row_ids, nrows, table_name="", name=None):
         )
 
 
-def unique_ids(ids, row_splits, num_rows, hotness, table_names, name=None):
+def unique_ids(
+    ids: list[tf.Tensor],
+    row_splits: list[tf.Tensor],
+    num_rows: list[int],
+    hotness: list[int],
+    table_names: list[str],
+    name: str | None = None,
+) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
     """Validates and deduplicates the ids of each table.
 
     Args:
@@ -44,7 +51,13 @@ def unique_ids(ids, row_splits, num_rows, hotness, table_names, name=None):
         )
 
 
-def gather_rows(handles, indices, dtype, table_names, name=None):
+def gather_rows(
+    handles: list[tf.Tensor],
+    indices: list[tf.Tensor],
+    dtype: tf.DType,
+    table_names: list[str],
+    name: str | None = None,
+) -> list[tf.Tensor]:
     """Reads rows `indices[t]` of resource variable `handles[t]` in place; list of [u_t, dim_t]
     of `dtype` (float32 for bfloat16 / float16 variables: their rows are widened as read)."""
     with tf.name_scope(name or "sok_lite_gather_rows"):
@@ -53,7 +66,14 @@ def gather_rows(handles, indices, dtype, table_names, name=None):
         )
 
 
-def segment_combine(rows, inverse, row_splits, weights, combiners, name=None):
+def segment_combine(
+    rows: list[tf.Tensor],
+    inverse: list[tf.Tensor],
+    row_splits: list[tf.Tensor],
+    weights: list[tf.Tensor],
+    combiners: list[str],
+    name: str | None = None,
+) -> list[tf.Tensor]:
     """Per-sample combine of gathered rows; list of [batch_t, dim_t]. weights: [n_t] or [0]."""
     with tf.name_scope(name or "sok_lite_segment_combine"):
         return _ops().sok_lite_segment_combine(

@@ -6,7 +6,12 @@ splitmix64_tf, so tools without TensorFlow can use the NumPy part.
 - Static row id i lives on rank row_owner(i, N) = i % N, at local row local_row(i, N) = i // N.
 """
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
@@ -63,7 +68,7 @@ def rows_held(rows: int, rank: int, num_ranks: int) -> int:
     return len(range(rank, rows, num_ranks))  # the ids i < rows with row_owner(i) == rank
 
 
-def splitmix64_tf(x):
+def splitmix64_tf(x: "tf.Tensor") -> "tf.Tensor":
     """SplitMix64 on a tf.uint64 tensor, in plain TF ops (graphs that run without sok_lite)."""
     import tensorflow as tf
 

@@ -16,12 +16,16 @@ import os
 import re
 import tempfile
 import weakref
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
 
 
-def parse_bytes(value) -> int:
+def parse_bytes(value: object) -> int:
     """A byte count from an int or a string such as "2GiB", "512MiB", "1.5GB" or "4096".
 
     Raises:
@@ -34,7 +38,7 @@ def parse_bytes(value) -> int:
     elif isinstance(value, str):
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
         unit = match.group(2).lower() if match else None
-        if unit not in _UNITS:
+        if match is None or unit not in _UNITS:
             raise ValueError(f"ram_budget {value!r} is not a byte count like '2GiB' or '512MiB'")
         count = int(float(match.group(1)) * _UNITS[unit])
     else:
@@ -64,7 +68,7 @@ class Disk:
     path: str
     ram_budget: int
 
-    def __init__(self, path, ram_budget):
+    def __init__(self, path: str | os.PathLike[str], ram_budget: int | str) -> None:
         if not isinstance(path, (str, os.PathLike)) or not str(path):
             raise ValueError(f"storage.Disk needs a directory path, got {path!r}")
         object.__setattr__(self, "path", os.fspath(path))
@@ -72,7 +76,7 @@ class Disk:
 
 
 # Directories this process gave to tables: a second table of the same name gets its own.
-_used_dirs: set = set()
+_used_dirs: set[str] = set()
 
 
 def table_dir(storage: Disk, table_name: str, rank: int) -> str:
@@ -118,7 +122,7 @@ def remove_tier_dir(directory: str) -> None:
         pass
 
 
-def release_when_deleted(table, directory: str, handle) -> None:
+def release_when_deleted(table: object, directory: str, handle: tf.Tensor) -> None:
     """Frees `table`'s disk tier when the table is deleted: its resource (RAM and the open file)
     and its directory. At exit only the files go (the process closes the file itself)."""
     weakref.finalize(table, _release, directory, handle)
@@ -132,7 +136,7 @@ def _mark_exiting() -> None:
     _exiting = True
 
 
-def destroy_table(handle) -> None:
+def destroy_table(handle: tf.Tensor) -> None:
     """Frees a table resource (its rows and open tier file), eagerly: out of any function being
     traced (a collector may run inside one), so that the op never lands in its graph."""
     import tensorflow as tf
@@ -141,7 +145,7 @@ def destroy_table(handle) -> None:
         tf.raw_ops.DestroyResourceOp(resource=handle, ignore_lookup_error=True)
 
 
-def _release(directory: str, handle) -> None:
+def _release(directory: str, handle: tf.Tensor) -> None:
     if not _exiting:
         try:
             destroy_table(handle)

@@ -145,6 +145,7 @@ def test_pip_install_works_outside_the_source_tree(tmp_path):
     version = sok_lite.__version__
     assert installed == {"sok_lite", f"sok_lite-{version}.dist-info"}, installed
     assert list((target / "sok_lite").glob("_sok_lite_ops*.so"))
+    assert (target / "sok_lite" / "py.typed").is_file()  # PEP 561: the annotations ship
 
     env["PYTHONPATH"] = str(target)
     done = subprocess.run(
