@@ -1,21 +1,36 @@
-"""Optimizer slots of sok_lite tables: shaped and placed like the table's local shard."""
+"""Optimizer slots of sok_lite tables: shaped and placed like the table's local shard; and
+TableSlots, the OptimizerState through which tables reach them (registered with the tables)."""
+
+from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 
+import keras
 import tensorflow as tf
 
 from sok_lite._tf_internals import VARIABLE_VALUE_KEY, ResourceVariable, Trackable
-from sok_lite.optim.optimizer_rules import is_legacy, unwrap
+from sok_lite.optim.optimizer_rules import is_legacy, rule_for, unwrap
 from sok_lite.tables.table_dtypes import row_dtype
-from sok_lite.tables.table_kind import TableKind
+from sok_lite.tables.table_kind import (
+    Optimizer,
+    OptimizerState,
+    RowRule,
+    TableKind,
+    register_optimizer_state,
+)
 
 # optimizer -> {table ref -> {slot name -> slot variable}}
-_SLOTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_SLOTS: weakref.WeakKeyDictionary[Optimizer, dict[object, dict[str, tf.Variable]]] = (
+    weakref.WeakKeyDictionary()
+)
 # optimizer -> {table ref -> int64 [local rows]: the optimizer step that last changed each row}
-_UPDATED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_UPDATED: weakref.WeakKeyDictionary[Optimizer, dict[object, tf.Variable]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def _new_slot(var, name: str, fill: float):
+def _new_slot(var: tf.Variable, name: str, fill: float) -> tf.Variable:
     base = var.name.split(":")[0]
     # float32 beside a 16-bit table unless it asks for bfloat16 slots (Variable(slot_dtype=)).
     dtype = getattr(var, "slot_dtype", None) or row_dtype(var.dtype)
@@ -30,18 +45,18 @@ class _Float32Slot(Trackable):
     so checkpoints of bfloat16 and float32 slots load into each other (widening is exact; a
     float32 value rounds to nearest into bfloat16). The slot variable keeps its dtype."""
 
-    def __init__(self, slot):
+    def __init__(self, slot: tf.Variable) -> None:
         self._slot = slot  # a plain Trackable does not track it as a dependency of its own
 
-    def _serialize_to_tensors(self):
+    def _serialize_to_tensors(self) -> dict[str, tf.Tensor]:
         return {VARIABLE_VALUE_KEY: tf.cast(self._slot, tf.float32)}
 
-    def _restore_from_tensors(self, restored_tensors):
+    def _restore_from_tensors(self, restored_tensors: dict[str, tf.Tensor]) -> tf.Operation:
         value = restored_tensors[VARIABLE_VALUE_KEY]
         return self._slot.assign(tf.cast(value, self._slot.dtype))
 
 
-def _checkpoint_store(optimizer) -> dict:
+def _checkpoint_store(optimizer: Optimizer) -> dict[str, object]:
     """A dict tracked by `optimizer`, so that tf.train.Checkpoint(optimizer=...) saves the slots.
 
     Slots are keyed "<table name>/<slot name>"; slots created after a restore are restored as
@@ -55,10 +70,13 @@ def _checkpoint_store(optimizer) -> dict:
             optimizer._sok_lite_slots = store
         except (AttributeError, TypeError):  # an optimizer that refuses new attributes
             return {}
-    return store.slots
+    slots: dict[str, object] = store.slots
+    return slots
 
 
-def get_slots(optimizer, var, specs) -> list:
+def get_slots(
+    optimizer: Optimizer, var: tf.Variable, specs: Sequence[tuple[str, float]]
+) -> list[tf.Variable]:
     """The slots of `var` under `optimizer`, created on first use (outside any tf.function).
 
     specs: (name, initial value) pairs, in the order the kernel expects.
@@ -79,7 +97,7 @@ def get_slots(optimizer, var, specs) -> list:
     return [per_var[name] for name, _ in specs]
 
 
-def opt_slots(optimizer, var) -> dict[str, ResourceVariable]:
+def opt_slots(optimizer: Optimizer, var: tf.Variable) -> dict[str, tf.Variable]:
     """The slots `optimizer` (or a sok_lite wrapper of it) keeps for sok_lite table `var`, by
     name (empty before first use).
 
@@ -91,7 +109,7 @@ def opt_slots(optimizer, var) -> dict[str, ResourceVariable]:
     return dict(_SLOTS.get(optimizer, {}).get(var.ref(), {}))
 
 
-def record_update(optimizer, var, rows, step) -> None:
+def record_update(optimizer: Optimizer, var: tf.Variable, rows: tf.Tensor, step: tf.Tensor) -> None:
     """Notes that optimizer step `step` changed local `rows` of static table `var`."""
     per_var = _UPDATED.setdefault(optimizer, {})
     if var.ref() not in per_var:
@@ -104,7 +122,7 @@ def record_update(optimizer, var, rows, step) -> None:
     per_var[var.ref()].scatter_update(tf.IndexedSlices(steps, rows))
 
 
-def updated_since(optimizer, var, since_step: int):
+def updated_since(optimizer: Optimizer, var: tf.Variable, since_step: int) -> tf.Tensor:
     """Local rows of static table `var` that an optimizer step after `since_step` changed."""
     optimizer = unwrap(optimizer)
     tracker = _UPDATED.get(optimizer, {}).get(var.ref())
@@ -113,12 +131,12 @@ def updated_since(optimizer, var, since_step: int):
     return tf.cast(tf.where(tracker > since_step)[:, 0], tf.int64)
 
 
-def stepped_row_wise(optimizer, var) -> bool:
+def stepped_row_wise(optimizer: Optimizer, var: tf.Variable) -> bool:
     """Whether the row-wise kernels have updated static table `var` under `optimizer`."""
     return var.ref() in _UPDATED.get(unwrap(optimizer), {})
 
 
-def keras_slots(optimizer, var, rule) -> list | None:
+def keras_slots(optimizer: Optimizer, var: tf.Variable, rule: RowRule) -> list[tf.Variable] | None:
     """The slot variables Keras itself keeps for `var` (those it updates when it applies the
     table outside OptimizerScope), in the order of rule.slots; None if it keeps none."""
     optimizer = unwrap(optimizer)
@@ -138,7 +156,7 @@ def keras_slots(optimizer, var, rule) -> list | None:
         return None
 
 
-def knows_table(optimizer, var) -> bool:
+def knows_table(optimizer: Optimizer, var: tf.Variable) -> bool:
     """Whether Keras' own optimizer was built with `var` (and so may have applied it)."""
     optimizer = unwrap(optimizer)
     if is_legacy(optimizer):  # slots of the variables it applied, by variable key
@@ -150,3 +168,63 @@ def knows_table(optimizer, var) -> bool:
         return True
     except (AttributeError, KeyError, TypeError):
         return False
+
+
+class TableSlots(OptimizerState):
+    """An optimizer's OptimizerState: its row-wise rule, the slots this module keeps for its
+    static tables, and Keras' own slots of a table it applied by itself (outside
+    OptimizerScope), whose state lives there."""
+
+    def __init__(self, optimizer: Optimizer, rule: RowRule | None = None) -> None:
+        self._optimizer = optimizer
+        self._rule = rule_for(optimizer) if rule is None else rule
+
+    @property
+    def kernel(self) -> str:
+        return self._rule.kind
+
+    @property
+    def slot_fills(self) -> list[float]:
+        return [fill for _, fill in self._rule.slots]
+
+    def slots(self, table: TableKind) -> list[tf.Variable]:
+        return get_slots(self._optimizer, table, self._rule.slots)
+
+    def record_update(self, table: TableKind, rows: tf.Tensor, step: tf.Tensor) -> None:
+        record_update(self._optimizer, table, rows, step)
+
+    def changed_rows(self, table: TableKind, since_step: int) -> tf.Tensor:
+        optimizer = self._optimizer
+        if (
+            not stepped_row_wise(optimizer, table)
+            and knows_table(optimizer, table)
+            and int(optimizer.iterations.numpy()) > since_step
+        ):
+            # Keras applied this table itself: which rows changed is not recorded.
+            raise ValueError(
+                f"table '{table.name.split(':')[0]}' was updated by Keras outside "
+                "sok_lite.OptimizerScope: its changed rows are unknown; save it with a full "
+                "dump (no since_step), or apply it under OptimizerScope"
+            )
+        return updated_since(optimizer, table, since_step)
+
+    def saved_slots(self, table: TableKind) -> list[tf.Variable]:
+        """sok_lite's slots once the row-wise kernels have stepped the table. Otherwise, if
+        Keras was built with the table, Keras' own slots: a table applied by Keras itself
+        (outside OptimizerScope) has its state there, and sok_lite's slots would only hold
+        their fills."""
+        if not stepped_row_wise(self._optimizer, table):
+            held = keras_slots(self._optimizer, table, self._rule)
+            if held is not None:
+                return [s.value if isinstance(s, keras.Variable) else s for s in held]
+        return self.slots(table)
+
+    def restored_slots(self, table: TableKind) -> list[list[tf.Variable]]:
+        """sok_lite's slot, and Keras' own where Keras was built with the table (training
+        that goes on outside OptimizerScope reads those)."""
+        slots = self.slots(table)
+        held = keras_slots(self._optimizer, table, self._rule) or [None] * len(slots)
+        return [[v for v in (slot, own) if v is not None] for slot, own in zip(slots, held)]
+
+
+register_optimizer_state(TableSlots)

@@ -9,14 +9,13 @@ import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite.ops import dynamic_ops
-from sok_lite.optim.optimizer_rules import rule_for
 from sok_lite.tables.dynamic_config import RESTORE_ROWS, _host_device, _table_ids
 from sok_lite.tables.key_hash import OWNER_BY_HASH, hash_owner
 from sok_lite.tables.staging import ReplayedRows, StagedRows, SwappedRows
 from sok_lite.tables.table_dtypes import (
     check_value_range,
 )
-from sok_lite.tables.table_kind import ServingRows
+from sok_lite.tables.table_kind import ServingRows, optimizer_state
 
 
 class DynamicRows:
@@ -186,10 +185,17 @@ class DynamicRows:
 
     def apply_rows(self, optimizer, rule, grad, hyper, step) -> None:
         # Slots live in the hash table beside each row.
-        slot_init = [fill for _, fill in rule.slots]
+        state = optimizer_state(optimizer, rule)
         label = f"dynamic table '{self._label}'"
         dynamic_ops.apply(
-            self.handle, grad.indices, grad.values, hyper, rule.kind, slot_init, label, step
+            self.handle,
+            grad.indices,
+            grad.values,
+            hyper,
+            state.kernel,
+            state.slot_fills,
+            label,
+            step,
         )
 
     def slot_variables(self, optimizer, rule) -> None:
@@ -199,7 +205,7 @@ class DynamicRows:
         return {"kind": self.checkpoint_kind, "dim": self._dimension}
 
     def checkpoint_chunks(self, optimizer, since_step, chunk_rows):
-        fills = [fill for _, fill in rule_for(optimizer).slots] if optimizer is not None else []
+        fills = _slot_fills(optimizer)
         for keys, rows in self._export_pieces(optimizer is not None, since_step, chunk_rows):
             keys = keys.astype(np.int64)
             # A table the optimizer has not stepped yet has no slots laid out: save the values
@@ -236,8 +242,8 @@ class DynamicRows:
         # With slots, assign lays them out in the table first (see SokLiteDynamicAssign), from
         # the optimizer's initial values: a key first seen after the restore starts its slots
         # there, as it would have without the restore.
-        with_slots = optimizer is not None and bool(rule_for(optimizer).slots)
-        fills = [fill for _, fill in rule_for(optimizer).slots] if with_slots else []
+        fills = _slot_fills(optimizer)
+        with_slots = bool(fills)
         width = self._dimension * (1 + len(fills))
         step = -1 if step is None else step
         label = f"dynamic table '{self._label}'"
@@ -294,6 +300,12 @@ class DynamicRows:
         # A 16-bit table serves its rows in 16 bits (exact: they were widened for the export).
         rows = tf.Variable(tf.cast(values, self.dtype), trainable=False)
         return ServingRows(rows, keys, self._init)
+
+
+def _slot_fills(optimizer) -> list[float]:
+    """The initial value of each of the optimizer's slots (none without an optimizer)."""
+    state = optimizer_state(optimizer)
+    return [] if state is None else state.slot_fills
 
 
 class _Refused:

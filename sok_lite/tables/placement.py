@@ -2,6 +2,7 @@
 
 import dataclasses
 
+from sok_lite import comm
 from sok_lite.tables.key_hash import rows_held
 
 
@@ -44,3 +45,31 @@ class Placement:
         if self.kind == "localized":
             return global_rows if rank == self.rank else 0
         return rows_held(global_rows, rank, num_ranks)
+
+
+class PlacedTable:
+    """The placement answers of both table classes (mixed into each; `_placement` is set by
+    their constructor)."""
+
+    _placement: Placement
+
+    @property
+    def mode(self) -> str:
+        """ "distributed" (rows spread over the ranks) or "localized:K" (every row on rank K)."""
+        return self._placement.mode
+
+    @property
+    def placement(self) -> Placement:
+        """Where the rows live (kind "distributed": spread over the ranks; "localized": on rank
+        `rank`)."""
+        return self._placement
+
+    @property
+    def target_gpu(self) -> int:
+        """As in SOK: K for mode "localized:K", -1 for "distributed"."""
+        return self._placement.target_gpu
+
+    @property
+    def num_gpus(self) -> int:
+        """As in SOK: the number of ranks of the job (a rank is one device)."""
+        return comm.current().num_ranks

@@ -1,6 +1,5 @@
 """sok_lite.Variable: a tf.Variable that holds this rank's shard of an embedding table."""
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -9,18 +8,9 @@ from sok_lite._tf_internals import ResourceVariable
 from sok_lite.comm.shards import create_shards
 from sok_lite.ops import lookup_ops
 from sok_lite.ops.optimizer_ops import sparse_apply
-from sok_lite.optim.optimizer_rules import rule_for
-from sok_lite.optim.slots import (
-    get_slots,
-    keras_slots,
-    knows_table,
-    record_update,
-    stepped_row_wise,
-    updated_since,
-)
 from sok_lite.tables.initializers import RowInitializer, row_initializer
 from sok_lite.tables.key_hash import OWNER_BY_ROW, global_row
-from sok_lite.tables.placement import Placement
+from sok_lite.tables.placement import PlacedTable, Placement
 from sok_lite.tables.staging import StagedRows
 from sok_lite.tables.table_dtypes import (
     check_slot_dtype,
@@ -29,7 +19,13 @@ from sok_lite.tables.table_dtypes import (
     rounding_seed,
     row_dtype,
 )
-from sok_lite.tables.table_kind import ServingRows, TableKind, _row_owner, ram_only
+from sok_lite.tables.table_kind import (
+    ServingRows,
+    TableKind,
+    _row_owner,
+    optimizer_state,
+    ram_only,
+)
 
 
 def _global_value(initial_value, dtype) -> tf.Tensor:
@@ -89,7 +85,7 @@ def _name(var) -> str:
     return var.name.split(":")[0]
 
 
-class Variable(ResourceVariable, TableKind):
+class Variable(PlacedTable, ResourceVariable, TableKind):
     """An embedding table whose rows are spread over the ranks of the job.
 
     This rank holds only its own rows: with mode "distributed", global row i lives on rank
@@ -206,25 +202,6 @@ class Variable(ResourceVariable, TableKind):
         table, else the table's dtype)."""
         return getattr(self, "_slot_dtype", row_dtype(self.dtype))
 
-    @property
-    def mode(self) -> str:
-        """ "distributed" or "localized:K"."""
-        return self._placement.mode
-
-    @property
-    def placement(self) -> Placement:
-        return self._placement
-
-    @property
-    def target_gpu(self) -> int:
-        """As in SOK: K for mode "localized:K", -1 for "distributed"."""
-        return self._placement.target_gpu
-
-    @property
-    def num_gpus(self) -> int:
-        """As in SOK: the number of ranks of the job (a rank is one device)."""
-        return comm.current().num_ranks
-
     def key_map(self, indices):
         """As in SOK: the local rows of global row ids that this rank owns (distributed: id // N;
         localized: the id itself)."""
@@ -288,8 +265,8 @@ class Variable(ResourceVariable, TableKind):
         return tf.IndexedSlices(values, indices, tf.constant(self.shape.as_list(), tf.int64))
 
     def apply_rows(self, optimizer, rule, grad, hyper, step) -> None:
-        slots = get_slots(optimizer, self, rule.slots)
-        handles = [s.handle for s in slots]
+        state = optimizer_state(optimizer, rule)
+        handles = [s.handle for s in state.slots(self)]
         stride, offset = self._row_numbering
         sparse_apply(
             self.handle,
@@ -297,17 +274,17 @@ class Variable(ResourceVariable, TableKind):
             grad.indices,
             grad.values,
             hyper,
-            rule.kind,
+            state.kernel,
             _name(self),
             step=step,
             rounding_seed=self._rounding_seed,
             row_stride=stride,
             row_offset=offset,
         )
-        record_update(optimizer, self, grad.indices, step)
+        state.record_update(self, grad.indices, step)
 
     def slot_variables(self, optimizer, rule) -> list:
-        return get_slots(optimizer, self, rule.slots)
+        return optimizer_state(optimizer, rule).slots(self)
 
     def checkpoint_meta(self) -> dict:
         shape = self.global_shape
@@ -318,37 +295,13 @@ class Variable(ResourceVariable, TableKind):
             "dim": int(shape[1]),
         }
 
-    def _state_slots(self, optimizer) -> list:
-        """The variables that hold the optimizer state of this table, in rule order.
-
-        sok_lite's slots once the row-wise kernels have stepped the table. Otherwise, if Keras
-        was built with the table, Keras' own slots: a table applied by Keras itself (outside
-        OptimizerScope) has its state there, and sok_lite's slots would only hold their fills.
-        """
-        rule = rule_for(optimizer)
-        if not stepped_row_wise(optimizer, self):
-            held = keras_slots(optimizer, self, rule)
-            if held is not None:
-                return [s.value if isinstance(s, keras.Variable) else s for s in held]
-        return get_slots(optimizer, self, rule.slots)
-
     def checkpoint_chunks(self, optimizer, since_step, chunk_rows):
-        slots = self._state_slots(optimizer) if optimizer else []
+        state = optimizer_state(optimizer)
+        slots = [] if state is None else state.saved_slots(self)
         if since_step is None:
             selected = tf.range(int(self.shape[0]), dtype=tf.int64)
         else:
-            if (
-                not stepped_row_wise(optimizer, self)
-                and knows_table(optimizer, self)
-                and int(optimizer.iterations.numpy()) > since_step
-            ):
-                # Keras applied this table itself: which rows changed is not recorded.
-                raise ValueError(
-                    f"table '{_name(self)}' was updated by Keras outside "
-                    "sok_lite.OptimizerScope: its changed rows are unknown; save it with a full "
-                    "dump (no since_step), or apply it under OptimizerScope"
-                )
-            selected = updated_since(optimizer, self, since_step)
+            selected = state.changed_rows(self, since_step)
         held = self.held_ids().numpy()
         total = int(selected.shape[0])
         for start in range(0, total, chunk_rows):
@@ -441,19 +394,16 @@ class _AssignedRows(StagedRows):
         self._replaced = []
 
     def _targets(self) -> list:
-        """(variable, columns of the rows) pairs: the table, then its slots (Keras' own slots
-        too, where Keras was built with the table: training that goes on outside
-        OptimizerScope reads those)."""
+        """(variable, columns of the rows) pairs: the table, then the variables of each slot
+        (OptimizerState.restored_slots)."""
         dim = int(self._table.shape[1])
         targets = [(self._table, slice(0, dim))]
-        if self._optimizer is None:
+        state = optimizer_state(self._optimizer)
+        if state is None:
             return targets
-        rule = rule_for(self._optimizer)
-        slot_vars = get_slots(self._optimizer, self._table, rule.slots)
-        held = keras_slots(self._optimizer, self._table, rule) or [None] * len(slot_vars)
-        for i, (slot, keras_slot) in enumerate(zip(slot_vars, held)):
+        for i, variables in enumerate(state.restored_slots(self._table)):
             columns = slice(dim * (i + 1), dim * (i + 2))
-            targets += [(v, columns) for v in (slot, keras_slot) if v is not None]
+            targets += [(v, columns) for v in variables]
         return targets
 
     def commit(self) -> None:
