@@ -18,6 +18,7 @@ from sok_lite.compat.sok2 import (
     sparse_read_and_evict,
     tf_version,
 )
+from sok_lite.compat.sok2_dynamic import DynamicVariable
 from sok_lite.compat.sok_v1 import All2AllDenseEmbedding, DistributedEmbedding, Init
 from sok_lite.io.checkpoint import CheckpointError, dump, load
 from sok_lite.io.serving import export_saved_model
@@ -30,7 +31,6 @@ from sok_lite.optim.optimizer import (
     split_embedding_variable_from_others,
 )
 from sok_lite.optim.slots import opt_slots
-from sok_lite.tables.dynamic import DynamicVariable
 from sok_lite.tables.variable import Variable
 
 __all__ = [

@@ -18,7 +18,7 @@ from sok_lite.comm.shards import local_shard
 from sok_lite.compat.sok2_variables import DistributedVariable, LocalizedVariable
 from sok_lite.lookup.sparse import lookup_sparse
 from sok_lite.optim.optimizer import OptimizerWrapper
-from sok_lite.tables.dynamic import DynamicVariable
+from sok_lite.tables.dynamic import DynamicTable
 from sok_lite.tables.table_kind import TableKind
 
 
@@ -207,7 +207,7 @@ def incremental_model_dump(sok_vars, time_threshold, sess=None):
     keys_out, values_out = [], []
     for i, (table, step) in enumerate(zip(tables, steps)):
         shard = local_shard(table)
-        if not isinstance(shard, DynamicVariable):
+        if not isinstance(shard, DynamicTable):
             raise TypeError(
                 f"table {i} is a {type(table).__name__}: incremental_model_dump takes "
                 "sok.DynamicVariable tables; for sok.Variable use sok.dump(path, tables, "

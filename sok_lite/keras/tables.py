@@ -14,10 +14,10 @@ import numpy as np
 import tensorflow as tf
 
 from sok_lite.comm.shards import shards_of
+from sok_lite.compat.sok2_dynamic import DynamicVariable
 from sok_lite.keras._keras_hooks import check_slots_with, count_weights_with
 from sok_lite.keras.features import TableSpec
 from sok_lite.ops import dynamic_ops
-from sok_lite.tables.dynamic import DynamicVariable
 from sok_lite.tables.variable import Variable
 
 

@@ -6,7 +6,7 @@ import numpy as np
 from sok_lite import comm
 from sok_lite.memory.layouts import _format, _human, num_slots
 from sok_lite.optim.slots import opt_slots, stepped_row_wise
-from sok_lite.tables.dynamic import DynamicVariable
+from sok_lite.tables.dynamic import DynamicTable
 from sok_lite.tables.table_kind import MEMORY_STATS
 
 
@@ -28,7 +28,7 @@ def _static_slot_bytes(table, optimizer) -> tuple[int, int]:
 
 def table_memory(table, optimizer=None) -> dict:
     """One row of memory_report for `table` on this rank (see memory_report)."""
-    hashed = isinstance(table, DynamicVariable)
+    hashed = isinstance(table, DynamicTable)
     if not callable(getattr(table, "memory_stats", None)):
         raise ValueError(
             f"'{_table_label(table)}' ({type(table).__name__}) is not a sok_lite table: "
