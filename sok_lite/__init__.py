@@ -4,20 +4,8 @@
 from sok_lite import checkpoint, keras, optimizer, optimizers, sok_v1, storage  # noqa: F401
 from sok_lite._version import __version__
 from sok_lite.comm import init, num_ranks, rank
-from sok_lite.compat.sok2 import (
-    SGD,
-    DistributedVariable,
-    LocalizedVariable,
-    all2all_dense_embedding,
-    assign,
-    communication,
-    export,
-    incremental_model_dump,
-    raw_ops,
-    set_comm_tool,
-    sparse_read_and_evict,
-    tf_version,
-)
+from sok_lite.compat.sok2 import *  # noqa: F403 -- SOK 2.x's other names: its __all__
+from sok_lite.compat.sok2 import __all__ as _sok2_names
 from sok_lite.compat.sok2_dynamic import DynamicVariable
 from sok_lite.compat.sok_v1 import All2AllDenseEmbedding, DistributedEmbedding, Init
 from sok_lite.io.checkpoint import CheckpointError, dump, load
@@ -60,17 +48,6 @@ __all__ = [
     "Init",
     "All2AllDenseEmbedding",
     "DistributedEmbedding",
-    "tf_version",
-    "raw_ops",
-    "communication",
-    "set_comm_tool",
-    "DistributedVariable",
-    "LocalizedVariable",
-    "assign",
-    "export",
-    "incremental_model_dump",
-    "sparse_read_and_evict",
-    "all2all_dense_embedding",
-    "SGD",
+    *_sok2_names,  # tf_version, raw_ops, communication, ..., SGD
     "__version__",
 ]

@@ -34,17 +34,39 @@ class _TableKind(type):
         return table is not None and cls._is_mode(table.mode)
 
 
-# tf.Variable arguments of SOK's classes that a sok_lite table cannot honour unless left unset.
-_UNSUPPORTED = (
+# The arguments both of SOK's classes take, in SOK's order (tf.Variable's, then the ranks'),
+# each None by default but validate_shape; each class adds its own last one.
+_SOK_ARGS = (
+    "initial_value",
+    "trainable",
     "collections",
+    "validate_shape",
     "caching_device",
+    "name",
+    "dtype",
     "variable_def",
     "import_scope",
     "constraint",
     "distribute_strategy",
     "synchronization",
     "aggregation",
+    "shape",
+    "initializer",
+    "global_gpu_id",
 )
+# Those that make the table (global_gpu_id is checked against the rank, validate_shape ignored).
+_TAKEN = (
+    "initial_value",
+    "trainable",
+    "validate_shape",
+    "name",
+    "dtype",
+    "shape",
+    "initializer",
+    "global_gpu_id",
+)
+# tf.Variable arguments of SOK's classes that a sok_lite table cannot honour unless left unset.
+_UNSUPPORTED = tuple(arg for arg in _SOK_ARGS if arg not in _TAKEN)
 
 
 def _make_variable(mode, initial_value, trainable, name, dtype, shape, initializer, others):
@@ -72,6 +94,22 @@ def _make_variable(mode, initial_value, trainable, name, dtype, shape, initializ
         name=name,
         trainable=True if trainable is None else trainable,
     )
+
+
+def _sok_init(last: str):
+    """An __init__ that carries SOK's signature, _SOK_ARGS then `last`, for the metaclass to
+    bind the arguments of a call with (it builds the table itself)."""
+
+    def __init__(self, *args, **kwargs):
+        raise AssertionError("built by the metaclass")  # pragma: no cover
+
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter("self", kind)]
+    for name in (*_SOK_ARGS, last):
+        default = True if name == "validate_shape" else None
+        params.append(inspect.Parameter(name, kind, default=default))
+    __init__.__signature__ = inspect.Signature(params)
+    return __init__
 
 
 def _check_rank(what: str, given, actual: int) -> None:
@@ -116,27 +154,7 @@ class DistributedVariable(metaclass=_TableKind):
     (True, True, 'distributed')
     """
 
-    def __init__(
-        self,
-        initial_value=None,
-        trainable=None,
-        collections=None,
-        validate_shape=True,
-        caching_device=None,
-        name=None,
-        dtype=None,
-        variable_def=None,
-        import_scope=None,
-        constraint=None,
-        distribute_strategy=None,
-        synchronization=None,
-        aggregation=None,
-        shape=None,
-        initializer=None,
-        global_gpu_id=None,
-        num_gpus=None,
-    ):
-        raise AssertionError("built by the metaclass")  # pragma: no cover
+    __init__ = _sok_init("num_gpus")
 
     @staticmethod
     def _is_mode(mode: str) -> bool:
@@ -180,27 +198,7 @@ class LocalizedVariable(metaclass=_TableKind):
     (True, 'localized:0', [4, 3])
     """
 
-    def __init__(
-        self,
-        initial_value=None,
-        trainable=None,
-        collections=None,
-        validate_shape=True,
-        caching_device=None,
-        name=None,
-        dtype=None,
-        variable_def=None,
-        import_scope=None,
-        constraint=None,
-        distribute_strategy=None,
-        synchronization=None,
-        aggregation=None,
-        shape=None,
-        initializer=None,
-        global_gpu_id=None,
-        target_gpu=None,
-    ):
-        raise AssertionError("built by the metaclass")  # pragma: no cover
+    __init__ = _sok_init("target_gpu")
 
     @staticmethod
     def _is_mode(mode: str) -> bool:

@@ -3,29 +3,34 @@
 
 import dataclasses
 from collections.abc import Callable
+from typing import TypeAlias
 
 import keras
 import tensorflow as tf
 
+from sok_lite.tables.table_kind import HyperParameters, Optimizer
+
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
+    """One optimizer's row-wise update (the RowRule that tables apply)."""
+
     kind: str  # the kernel (kernels/core/optimizers.h)
     slots: tuple[tuple[str, float], ...]  # (slot name, initial value), in kernel order
-    params: Callable[[object], list]  # optimizer -> the kernel parameters after lr and decay
+    params: HyperParameters  # optimizer -> the kernel parameters after lr and decay
     # The optimizer's own per-variable state, slot for slot: what it updates when it applies a
     # table itself (outside OptimizerScope). Keras 3 and tf_keras: the attributes holding one
     # slot list each; tf_keras legacy optimizers: the slot names of get_slot(var, name).
     keras_slots: tuple[str, ...] = ()
 
 
-def _f(x) -> tf.Tensor:
+def _f(x: float | tf.Tensor) -> tf.Tensor:
     if isinstance(x, (int, float)):  # tf.cast would round a Python float to float32 first
         return tf.constant(float(x), tf.float64)
     return tf.cast(x, tf.float64)
 
 
-def _step(opt) -> tf.Tensor:
+def _step(opt: Optimizer) -> tf.Tensor:
     return _f(opt.iterations) + 1.0
 
 
@@ -33,94 +38,146 @@ def _step(opt) -> tf.Tensor:
 _EPS_INSIDE, _EPS_OUTSIDE = 0.0, 1.0
 
 
-def _adam(opt) -> Rule:
+# A hyper-parameter of an optimizer, as float64: (optimizer, name) -> scalar.
+HyperReader: TypeAlias = Callable[[Optimizer, str], tf.Tensor]
+
+
+def _attr(opt: Optimizer, name: str) -> tf.Tensor:
+    """A hyper-parameter of a Keras 3 or tf_keras optimizer: its attribute."""
+    return _f(getattr(opt, name))
+
+
+# Each kernel's rule, written once: the defaults are what Keras 3 (and tf_keras) optimizers
+# hold; the legacy tf_keras optimizers (below) pass how theirs differ. `hyper` reads a
+# hyper-parameter (_attr, or the legacy _h) and `own` names the optimizer's own slots, slot for
+# slot (Rule.keras_slots); the other arguments are named where they differ.
+
+
+def _adam(
+    opt: Optimizer,
+    hyper: HyperReader = _attr,
+    own: tuple[str, ...] = ("_momentums", "_velocities", "_velocity_hats"),
+) -> Rule:
     slots = (("m", 0.0), ("v", 0.0)) + ((("v_hat", 0.0),) if opt.amsgrad else ())
     return Rule(
         "amsgrad" if opt.amsgrad else "adam",
         slots,
-        lambda o: [_f(o.beta_1), _f(o.beta_2), _f(o.epsilon), _step(o)],
-        ("_momentums", "_velocities", "_velocity_hats")[: len(slots)],
+        lambda o: [hyper(o, "beta_1"), hyper(o, "beta_2"), _f(o.epsilon), _step(o)],
+        own[: len(slots)],
     )
 
 
-def _sgd(opt) -> Rule:
-    if not opt.momentum:
+def _sgd(
+    opt: Optimizer,
+    hyper: HyperReader = _attr,
+    own: tuple[str, ...] = ("momentums",),
+    uses_momentum: str = "momentum",
+) -> Rule:
+    """uses_momentum: the attribute that is true when the optimizer keeps a momentum slot."""
+    if not getattr(opt, uses_momentum):
         return Rule("sgd", (), lambda o: [])
     return Rule(
         "nesterov" if opt.nesterov else "momentum",
         (("m", 0.0),),
-        lambda o: [_f(o.momentum)],
-        ("momentums",),
+        lambda o: [hyper(o, "momentum")],
+        own,
     )
 
 
-def _adagrad(opt) -> Rule:
+def _adagrad(
+    opt: Optimizer,
+    own: tuple[str, ...] = ("_accumulators",),
+    initial: str = "initial_accumulator_value",
+    eps_place: float = _EPS_INSIDE,
+) -> Rule:
     return Rule(
         "adagrad",
-        (("accumulator", float(opt.initial_accumulator_value)),),
-        lambda o: [_f(o.epsilon), _f(_EPS_INSIDE)],
-        ("_accumulators",),
+        (("accumulator", float(getattr(opt, initial))),),
+        lambda o: [_f(o.epsilon), _f(eps_place)],
+        own,
     )
 
 
-def _rmsprop(opt) -> Rule:
-    slots = (("velocity", 0.0),)
-    keras_slots = ("_velocities",)
-    if opt.momentum > 0:
-        slots += (("momentum", 0.0),)
-        keras_slots += ("_momentums",)
-    if opt.centered:
-        slots += (("average_gradient", 0.0),)
-        keras_slots += ("_average_gradients",)
+def _rmsprop(
+    opt: Optimizer,
+    hyper: HyperReader = _attr,
+    own: tuple[str, ...] = ("_velocities", "_momentums", "_average_gradients"),
+    momentum: bool | None = None,
+    eps_place: float = _EPS_INSIDE,
+) -> Rule:
+    """The velocity slot, then momentum and average_gradient where the optimizer keeps them.
+
+    momentum: whether it keeps momentum (None: Keras 3's momentum > 0). Without, the kernel's
+    momentum is 0 (it reads only momentum > 0).
+    """
+    momentum = opt.momentum > 0 if momentum is None else momentum
+    kept = (True, momentum, opt.centered)
+    names = ("velocity", "momentum", "average_gradient")
     return Rule(
         "rmsprop",
-        slots,
+        tuple((name, 0.0) for name, k in zip(names, kept) if k),
         lambda o: [
-            _f(o.rho),
-            _f(o.momentum),
+            hyper(o, "rho"),
+            hyper(o, "momentum") if momentum else _f(0.0),
             _f(o.epsilon),
             _f(1.0 if o.centered else 0.0),
-            _f(_EPS_INSIDE),
+            _f(eps_place),
         ],
-        keras_slots,
+        tuple(name for name, k in zip(own, kept) if k),
     )
 
 
-def _ftrl(opt) -> Rule:
+def _ftrl(
+    opt: Optimizer,
+    hyper: HyperReader = _attr,
+    own: tuple[str, ...] = ("_accumulators", "_linears"),
+    initial: str = "initial_accumulator_value",
+    shrinkage: Callable[[Optimizer], tf.Tensor] | None = None,
+) -> Rule:
+    """shrinkage: reads l2_shrinkage_regularization_strength (None: through `hyper`)."""
     return Rule(
         "ftrl",
-        (("accumulator", float(opt.initial_accumulator_value)), ("linear", 0.0)),
+        (("accumulator", float(getattr(opt, initial))), ("linear", 0.0)),
         lambda o: [
-            _f(o.learning_rate_power),
-            _f(o.l1_regularization_strength),
-            _f(o.l2_regularization_strength),
-            _f(o.beta),
-            _f(o.l2_shrinkage_regularization_strength),
+            hyper(o, "learning_rate_power"),
+            hyper(o, "l1_regularization_strength"),
+            hyper(o, "l2_regularization_strength"),
+            hyper(o, "beta"),
+            hyper(o, "l2_shrinkage_regularization_strength") if shrinkage is None else shrinkage(o),
         ],
-        ("_accumulators", "_linears"),
+        own,
     )
 
 
-def _adamax(opt) -> Rule:
+def _adamax(
+    opt: Optimizer, hyper: HyperReader = _attr, own: tuple[str, ...] = ("_m", "_u")
+) -> Rule:
     return Rule(
         "adamax",
         (("m", 0.0), ("u", 0.0)),
-        lambda o: [_f(o.beta_1), _f(o.beta_2), _f(o.epsilon), _step(o)],
-        ("_m", "_u"),
+        lambda o: [hyper(o, "beta_1"), hyper(o, "beta_2"), _f(o.epsilon), _step(o)],
+        own,
     )
 
 
-def _adadelta(opt) -> Rule:
+def _adadelta(
+    opt: Optimizer,
+    hyper: HyperReader = _attr,
+    own: tuple[str, ...] = ("_accumulated_grads", "_accumulated_delta_vars"),
+) -> Rule:
     return Rule(
         "adadelta",
         (("accumulated_grad", 0.0), ("accumulated_delta_var", 0.0)),
-        lambda o: [_f(o.rho), _f(o.epsilon)],
-        ("_accumulated_grads", "_accumulated_delta_vars"),
+        lambda o: [hyper(o, "rho"), _f(o.epsilon)],
+        own,
     )
 
 
+# Optimizer classes, each with the function that makes the Rule of an instance.
+_Makers: TypeAlias = list[tuple[type[object], Callable[[Optimizer], Rule]]]
+
 # Order matters: AdamW is an Adam.
-_RULES = [
+_RULES: _Makers = [
     (keras.optimizers.AdamW, _adam),
     (keras.optimizers.Adam, _adam),
     (keras.optimizers.SGD, _sgd),
@@ -144,7 +201,7 @@ _RULES = [
 # touched rows only.
 
 
-def _tf_keras_rules():
+def _tf_keras_rules() -> _Makers:
     try:
         import tf_keras
     except ImportError:
@@ -179,116 +236,69 @@ def _tf_keras_rules():
 #   the same equations applied to the touched rows only.
 
 
-def legacy_base():
+def legacy_base() -> type[object] | None:
     """tf_keras' legacy optimizer base class (OptimizerV2), or None without tf_keras."""
     try:
         from tf_keras.optimizers.legacy import Optimizer
     except ImportError:
         return None
-    return Optimizer
+    base: type[object] = Optimizer
+    return base
 
 
-def is_legacy(optimizer) -> bool:
+def is_legacy(optimizer: Optimizer) -> bool:
     base = legacy_base()
     return base is not None and isinstance(optimizer, base)
 
 
-def _h(opt, name: str) -> tf.Tensor:
+def _h(opt: Optimizer, name: str) -> tf.Tensor:
     return opt._get_hyper(name, tf.float64)
 
 
-def _legacy_sgd(opt) -> Rule:
-    # _momentum: set when momentum is > 0, a tensor or a callable (then momentum slots exist).
-    if not opt._momentum:
-        return Rule("sgd", (), lambda o: [])
-    return Rule(
-        "nesterov" if opt.nesterov else "momentum",
-        (("m", 0.0),),
-        lambda o: [_h(o, "momentum")],
-        ("momentum",),
-    )
+# The legacy optimizers' rules: the kernels' rules above, given what these optimizers hold
+# differently (_momentum: set when momentum is > 0, a tensor or a callable, when momentum slots
+# exist).
 
 
-def _legacy_adam(opt) -> Rule:
-    slots = (("m", 0.0), ("v", 0.0)) + ((("v_hat", 0.0),) if opt.amsgrad else ())
-    return Rule(
-        "amsgrad" if opt.amsgrad else "adam",
-        slots,
-        lambda o: [_h(o, "beta_1"), _h(o, "beta_2"), _f(o.epsilon), _step(o)],
-        ("m", "v", "vhat")[: len(slots)],
-    )
+def _legacy_sgd(opt: Optimizer) -> Rule:
+    return _sgd(opt, _h, ("momentum",), uses_momentum="_momentum")
 
 
-def _legacy_adagrad(opt) -> Rule:
-    return Rule(
-        "adagrad",
-        (("accumulator", float(opt._initial_accumulator_value)),),
-        lambda o: [_f(o.epsilon), _f(_EPS_OUTSIDE)],
-        ("accumulator",),
-    )
+def _legacy_adam(opt: Optimizer) -> Rule:
+    return _adam(opt, _h, ("m", "v", "vhat"))
 
 
-def _legacy_rmsprop(opt) -> Rule:
+def _legacy_adagrad(opt: Optimizer) -> Rule:
+    return _adagrad(opt, ("accumulator",), "_initial_accumulator_value", _EPS_OUTSIDE)
+
+
+def _legacy_rmsprop(opt: Optimizer) -> Rule:
     # With momentum (opt._momentum), the kernel needs a momentum > 0: a momentum tensor or
     # callable that evaluates to 0 is refused by the kernel (slot count mismatch).
-    slots = (("velocity", 0.0),)
-    keras_slots = ("rms",)
-    if opt._momentum:
-        slots += (("momentum", 0.0),)
-        keras_slots += ("momentum",)
-    if opt.centered:
-        slots += (("average_gradient", 0.0),)
-        keras_slots += ("mg",)
     eps_place = _EPS_INSIDE if opt._momentum else _EPS_OUTSIDE
-    return Rule(
-        "rmsprop",
-        slots,
-        lambda o: [
-            _h(o, "rho"),
-            _h(o, "momentum") if o._momentum else _f(0.0),
-            _f(o.epsilon),
-            _f(1.0 if o.centered else 0.0),
-            _f(eps_place),
-        ],
-        keras_slots,
-    )
+    return _rmsprop(opt, _h, ("rms", "momentum", "mg"), opt._momentum, eps_place)
 
 
-def _legacy_ftrl(opt) -> Rule:
-    return Rule(
-        "ftrl",
-        (("accumulator", float(opt._initial_accumulator_value)), ("linear", 0.0)),
-        lambda o: [
-            _h(o, "learning_rate_power"),
-            _h(o, "l1_regularization_strength"),
-            _h(o, "l2_regularization_strength"),
-            _h(o, "beta"),
-            # As the legacy Ftrl reads it: tf.cast, through float32.
-            tf.cast(o._l2_shrinkage_regularization_strength, tf.float64),
-        ],
+def _legacy_ftrl(opt: Optimizer) -> Rule:
+    # As the legacy Ftrl reads l2 shrinkage: tf.cast, through float32.
+    return _ftrl(
+        opt,
+        _h,
         ("accumulator", "linear"),
+        "_initial_accumulator_value",
+        lambda o: tf.cast(o._l2_shrinkage_regularization_strength, tf.float64),
     )
 
 
-def _legacy_adamax(opt) -> Rule:
-    return Rule(
-        "adamax",
-        (("m", 0.0), ("u", 0.0)),
-        lambda o: [_h(o, "beta_1"), _h(o, "beta_2"), _f(o.epsilon), _step(o)],
-        ("m", "v"),
-    )
+def _legacy_adamax(opt: Optimizer) -> Rule:
+    return _adamax(opt, _h, ("m", "v"))
 
 
-def _legacy_adadelta(opt) -> Rule:
-    return Rule(
-        "adadelta",
-        (("accumulated_grad", 0.0), ("accumulated_delta_var", 0.0)),
-        lambda o: [_h(o, "rho"), _f(o.epsilon)],
-        ("accum_grad", "accum_var"),
-    )
+def _legacy_adadelta(opt: Optimizer) -> Rule:
+    return _adadelta(opt, _h, ("accum_grad", "accum_var"))
 
 
-def _legacy_rules():
+def _legacy_rules() -> _Makers:
     if legacy_base() is None:
         return []
     from tf_keras.optimizers import legacy
@@ -308,10 +318,10 @@ class WrapsOptimizer:
     """Marks sok_lite's wrappers of an optimizer (sok_lite.keras.OptimizerWrapper,
     sok_lite.optimizer.TFKerasOptimizerWrapper); `optimizer` is the wrapped one."""
 
-    optimizer = None
+    optimizer: Optimizer = None
 
 
-def unwrap(optimizer):
+def unwrap(optimizer: Optimizer) -> Optimizer:
     """The optimizer inside sok_lite's own wrappers (sok_lite.OptimizerWrapper,
     sok_lite.keras.OptimizerWrapper, sok_lite.optimizers.*), or `optimizer` itself.
 
@@ -323,7 +333,7 @@ def unwrap(optimizer):
     return optimizer
 
 
-def rule_for(optimizer) -> Rule:
+def rule_for(optimizer: Optimizer) -> Rule:
     """The Rule of `optimizer`.
 
     Raises:
@@ -344,12 +354,12 @@ def rule_for(optimizer) -> Rule:
     )
 
 
-def weight_decay(optimizer) -> tf.Tensor:
+def weight_decay(optimizer: Optimizer) -> tf.Tensor:
     wd = getattr(optimizer, "weight_decay", None)
     return _f(0.0 if wd is None else wd)
 
 
-def learning_rate(optimizer) -> tf.Tensor:
+def learning_rate(optimizer: Optimizer) -> tf.Tensor:
     """The learning rate of this step (a LearningRateSchedule evaluated at iterations; for a
     tf_keras legacy optimizer also its `decay`)."""
     if is_legacy(optimizer):

@@ -23,6 +23,9 @@ class SokTableLayer(_TableLayer):
     of the global size gives each rank the same number of rows, placed the same way.
     """
 
+    # The arguments a layer class adds to the table's, which get_config saves as they are.
+    _LAYER_ARGS: tuple[str, ...] = ()
+
     def __init__(
         self,
         max_vocabulary_size_per_gpu: int,
@@ -77,4 +80,5 @@ class SokTableLayer(_TableLayer):
             else keras.backend.standardize_dtype(self.key_dtype),
             embedding_initializer=serialize_initializer(self.embedding_initializer),
         )
+        config.update({name: getattr(self, name) for name in self._LAYER_ARGS})
         return config

@@ -47,6 +47,8 @@ class All2AllDenseEmbedding(SokTableLayer):
     TensorShape([5, 3, 2, 4])
     """
 
+    _LAYER_ARGS = ("slot_num", "nnz_per_slot", "dynamic_input")
+
     def __init__(
         self,
         max_vocabulary_size_per_gpu: int,
@@ -91,12 +93,3 @@ class All2AllDenseEmbedding(SokTableLayer):
         else:
             shape = (inputs.shape[0], self.slot_num, self.nnz_per_slot, self.embedding_vec_size)
         return keras.KerasTensor(shape, dtype=self.compute_dtype)
-
-    def get_config(self) -> dict:
-        config = super().get_config()
-        config.update(
-            slot_num=self.slot_num,
-            nnz_per_slot=self.nnz_per_slot,
-            dynamic_input=self.dynamic_input,
-        )
-        return config

@@ -52,6 +52,8 @@ class DistributedEmbedding(SokTableLayer):
     TensorShape([2, 2, 4])
     """
 
+    _LAYER_ARGS = ("combiner", "slot_num", "max_nnz", "max_feature_num")
+
     def __init__(
         self,
         combiner: str,
@@ -105,13 +107,3 @@ class DistributedEmbedding(SokTableLayer):
         return keras.KerasTensor(
             (batch, self.slot_num, self.embedding_vec_size), dtype=self.compute_dtype
         )
-
-    def get_config(self) -> dict:
-        config = super().get_config()
-        config.update(
-            combiner=self.combiner,
-            slot_num=self.slot_num,
-            max_nnz=self.max_nnz,
-            max_feature_num=self.max_feature_num,
-        )
-        return config
