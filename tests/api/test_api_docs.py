@@ -1,21 +1,18 @@
 """docs/api.md is what scripts/gen_api_docs.py generates from the current docstrings, and every
 public name has a docstring."""
 
-import importlib.util
 import pathlib
 
 import pytest
+
+from tests.module_from_file import module_from_file
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def generator():
-    path = REPO / "scripts" / "gen_api_docs.py"
-    spec = importlib.util.spec_from_file_location("gen_api_docs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from_file(REPO / "scripts" / "gen_api_docs.py", "gen_api_docs")
 
 
 def test_api_reference_is_up_to_date(generator):

@@ -1,7 +1,6 @@
 """What a new user meets first: the optimizer scope over a whole model, readable op errors, the
 replica count of the mirrored demo, and NaN checks that reach our ops."""
 
-import importlib.util
 import pathlib
 
 import keras
@@ -10,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
+from tests.module_from_file import module_from_file
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -106,11 +106,7 @@ def test_clean_message_leaves_other_errors_alone():
 
 
 def load_demo():
-    path = REPO / "examples" / "sok_classic_demo.py"
-    spec = importlib.util.spec_from_file_location("sok_classic_demo", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from_file(REPO / "examples" / "sok_classic_demo.py", "sok_classic_demo")
 
 
 def test_mirrored_demo_says_how_many_replicas_run(capsys):

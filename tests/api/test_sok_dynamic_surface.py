@@ -12,13 +12,8 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
+from tests.common import rows_by_key
 from tests.distributed.launcher import REPO
-
-
-def stored(table, with_slots: bool = False) -> dict:
-    keys, values = table.export(with_slots=with_slots)
-    return dict(zip(keys.numpy().tolist(), values.numpy()))
-
 
 # --- construction -----------------------------------------------------------------------
 
@@ -87,7 +82,7 @@ def test_hybrid_with_capacities_bounds_each_rank_and_evicts():
     for keys in ([1], [2], [3]):  # one key per step: the least recently used one goes
         tf.nn.embedding_lookup(table, keys)
     assert int(table.size()) == 2
-    assert sorted(stored(table)) == [2, 3]
+    assert sorted(rows_by_key(table)) == [2, 3]
 
 
 def test_init_capacity_alone_is_only_a_hint():
@@ -212,7 +207,7 @@ def test_embedding_lookup_and_gather_read_the_stored_rows():
     keys = tf.constant([[2**40, -5], [7, 2**40]], tf.int64)
     out = tf.nn.embedding_lookup(table, keys)
     assert out.shape == (2, 2, 3)
-    rows = stored(table)
+    rows = rows_by_key(table)
     assert sorted(rows) == [-5, 7, 2**40]
     expected = np.stack([[rows[k] for k in r] for r in keys.numpy().tolist()])
     np.testing.assert_array_equal(out.numpy(), expected)
@@ -228,7 +223,7 @@ def test_embedding_lookup_accepts_python_lists_int32_scalars_and_max_norm():
     assert tf.gather(table, tf.constant(4, tf.int32)).shape == (2,)
     clipped = tf.nn.embedding_lookup(table, [1], max_norm=1.0).numpy()
     np.testing.assert_allclose(np.linalg.norm(clipped, axis=1), [1.0], rtol=1e-6)
-    assert sorted(stored(table)) == [1, 2, 4]
+    assert sorted(rows_by_key(table)) == [1, 2, 4]
 
 
 def test_embedding_lookup_rejects_bad_keys():
@@ -287,7 +282,7 @@ def test_sgd_step_through_embedding_lookup_matches_numpy(compiled):
     keys = np.array([[4, 9], [4, -(2**40)]], np.int64)
     weights = np.random.default_rng(1).standard_normal([2, 2, 3]).astype(np.float32)
     tf.gather(table, keys)
-    before = stored(table)
+    before = rows_by_key(table)
     optimizer = sok.OptimizerWrapper(keras.optimizers.SGD(learning_rate=lr))
 
     def step(k, w):
@@ -303,7 +298,7 @@ def test_sgd_step_through_embedding_lookup_matches_numpy(compiled):
     expected = dict(before)
     for k, w in zip(keys.reshape(-1).tolist(), weights.reshape(-1, 3)):
         expected[k] = expected[k] - lr * w
-    after = stored(table)
+    after = rows_by_key(table)
     assert sorted(after) == sorted(before)
     for k in after:
         np.testing.assert_allclose(after[k], expected[k], rtol=1e-6, atol=1e-7, err_msg=str(k))
@@ -318,7 +313,7 @@ def test_adam_in_optimizer_scope_matches_keras_on_a_dense_copy():
     weights = [rng.standard_normal([4, 2]).astype(np.float32) for _ in range(3)]
     table = sok.DynamicVariable(2, initializer=keras.initializers.RandomNormal(seed=5))
     tf.gather(table, keys)
-    dense = tf.Variable(np.stack([stored(table)[k] for k in order]))
+    dense = tf.Variable(np.stack([rows_by_key(table)[k] for k in order]))
     dense_keys = tf.constant([order.index(k) for k in keys.numpy().tolist()])
     ours, reference = keras.optimizers.Adam(0.05), keras.optimizers.Adam(0.05)
     for w in weights:
@@ -331,7 +326,7 @@ def test_adam_in_optimizer_scope_matches_keras_on_a_dense_copy():
         # Dense: Keras' Adam squares the slices of a repeated key before summing them.
         (grad,) = tape.gradient(loss, [dense])
         reference.apply_gradients([(tf.convert_to_tensor(grad), dense)])
-    rows = stored(table)
+    rows = rows_by_key(table)
     np.testing.assert_allclose(
         np.stack([rows[k] for k in order]), dense.numpy(), rtol=1e-5, atol=1e-6
     )
@@ -361,12 +356,12 @@ def test_a_dense_gradient_for_a_hash_table_is_refused_before_any_update(route):
     step = _stepper(route, optimizer)
     # A first step stores slots, so that a change of them would show.
     step([(sparse, static), (tf.IndexedSlices(tf.ones([3, 2]), keys), table)])
-    before = stored(table, with_slots=True)
+    before = rows_by_key(table, with_slots=True)
     static_before, step_before = static.numpy(), int(optimizer.iterations)
     pairs = [(sparse, static), (tf.ones([3, 2]), table)]
     with pytest.raises(ValueError, match="hashed_users.*IndexedSlices"):
         step(pairs)
-    after = stored(table, with_slots=True)
+    after = rows_by_key(table, with_slots=True)
     assert sorted(after) == sorted(before)
     for key in before:
         np.testing.assert_array_equal(after[key], before[key])

@@ -10,16 +10,15 @@ import sys
 import numpy as np
 import pytest
 
+from tests.module_from_file import module_from_file
+
 BENCH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "storage_engine_bench.py"
 HAS_LMDB = importlib.util.find_spec("lmdb") is not None
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("storage_engine_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from_file(BENCH, "storage_engine_bench")
 
 
 def engines(bench, tmp_path, rows):

@@ -4,8 +4,6 @@ manifest records it), a float32 dump loads into a 16-bit table (rounded to neare
 
 import json
 import os
-import subprocess
-import sys
 
 import keras
 import ml_dtypes
@@ -14,19 +12,21 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
+from tests.python_json import run_python_json
 
 ROWS, DIM = 11, 5
 NUMPY = {tf.bfloat16: ml_dtypes.bfloat16, tf.float16: np.float16, tf.float32: np.float32}
 
 
-def trained(dtype, name="emb"):
-    """A table stepped twice by Adam under OptimizerScope, and its optimizer."""
+def trained(dtype, name="emb", slot_dtype=None, first_grad=1.0):
+    """A table stepped twice by Adam under OptimizerScope (gradients of all first_grad, then
+    first_grad + 1), and its optimizer."""
     values = np.random.default_rng(0).standard_normal([ROWS, DIM]).astype(np.float32)
-    table = sok.Variable(values, dtype=dtype, name=name)
+    table = sok.Variable(values, dtype=dtype, slot_dtype=slot_dtype, name=name)
     opt = keras.optimizers.Adam(0.05)
     for step in range(2):
         rows = tf.constant([1, 4, 7 + step], tf.int64)
-        grad = tf.IndexedSlices(tf.ones([3, DIM]) * (step + 1), rows, [ROWS, DIM])
+        grad = tf.IndexedSlices(tf.ones([3, DIM]) * (step + first_grad), rows, [ROWS, DIM])
         with sok.OptimizerScope([table]):
             opt.apply_gradients([(grad, table)])
     return table, opt
@@ -114,28 +114,35 @@ print(json.dumps([out.dtype.name, out.numpy().tolist()]))
 """
 
 
-@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
-def test_saved_model_serves_a_16_bit_table_without_sok_lite(dtype, tmp_path):
-    table, _ = trained(dtype, name="served")
+def export_mean_lookup(table, path):
+    """Exports a mean lookup_sparse of `table` on a ragged batch (values, splits) as a SavedModel
+    at `path`; returns the lookup."""
 
     def predict(values, splits):
         ids = tf.RaggedTensor.from_row_splits(values, splits)
         return sok.lookup_sparse(table, ids, combiners="mean")
 
     spec = [tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64)]
-    sok.export_saved_model(predict, tmp_path / "served", spec, tables=[table])
+    sok.export_saved_model(predict, path, spec, tables=[table])
+    return predict
+
+
+def serve_without_sok_lite(path, values, splits) -> tuple[str, list]:
+    """(output dtype name, output) of the SavedModel at `path` on the ragged batch (values,
+    splits), served by a process in which sok_lite cannot be imported."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    out_dtype, served = run_python_json(
+        SERVE, str(path), env=env, stdin=json.dumps([values, splits])
+    )
+    return out_dtype, served
+
+
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
+def test_saved_model_serves_a_16_bit_table_without_sok_lite(dtype, tmp_path):
+    table, _ = trained(dtype, name="served")
+    predict = export_mean_lookup(table, tmp_path / "served")
     values, splits = [1, 4, 4, 10, 0], [0, 3, 3, 5]
     expected = predict(tf.constant(values, tf.int64), tf.constant(splits, tf.int64)).numpy()
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(
-        [sys.executable, "-c", SERVE, str(tmp_path / "served")],
-        input=json.dumps([values, splits]),
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out_dtype, served = json.loads(proc.stdout.strip().splitlines()[-1])
+    out_dtype, served = serve_without_sok_lite(tmp_path / "served", values, splits)
     assert out_dtype == "float32"
     np.testing.assert_allclose(np.asarray(served), expected, rtol=1e-6, atol=1e-7)

@@ -4,9 +4,6 @@ float32 table's checkpoint loads into a 16-bit one (rounded to nearest) and back
 export_saved_model serves a 16-bit hash table without sok_lite."""
 
 import json
-import os
-import subprocess
-import sys
 
 import keras
 import ml_dtypes
@@ -15,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from tests.checkpoint.test_half_checkpoint import SERVE
+from tests.checkpoint.test_half_checkpoint import export_mean_lookup, serve_without_sok_lite
 
 DIM = 5
 KEYS = [3, -8, 2**40, 17, 0]
@@ -110,25 +107,9 @@ def test_tf_train_checkpoint_round_trip_and_conversion(dtype, tmp_path):
 @pytest.mark.parametrize("dtype", HALF, ids=["bf16", "fp16"])
 def test_saved_model_serves_a_16_bit_hash_table_without_sok_lite(dtype, tmp_path):
     table, _ = trained(dtype, name="served")
-
-    def predict(values, splits):
-        ids = tf.RaggedTensor.from_row_splits(values, splits)
-        return sok.lookup_sparse(table, ids, combiners="mean")
-
-    spec = [tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64)]
-    sok.export_saved_model(predict, tmp_path / "served", spec, tables=[table])
+    predict = export_mean_lookup(table, tmp_path / "served")
     values, splits = [3, 2**40, 2**40, 99, -8], [0, 3, 3, 5]  # 99: a key the table lacks
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(
-        [sys.executable, "-c", SERVE, str(tmp_path / "served")],
-        input=json.dumps([values, splits]),
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out_dtype, served = json.loads(proc.stdout.strip().splitlines()[-1])
+    out_dtype, served = serve_without_sok_lite(tmp_path / "served", values, splits)
     assert out_dtype == "float32"
     # After the export: the training lookup creates key 99's row, as the served model computes.
     expected = predict(tf.constant(values, tf.int64), tf.constant(splits, tf.int64)).numpy()

@@ -11,21 +11,13 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-
-ROWS, DIM = 11, 5
+from tests.checkpoint.test_half_checkpoint import DIM, ROWS
+from tests.checkpoint.test_half_checkpoint import trained as trained_table
 
 
 def trained(slot_dtype, name="emb"):
     """A bfloat16 table stepped twice by Adam under OptimizerScope, and its optimizer."""
-    values = np.random.default_rng(0).standard_normal([ROWS, DIM]).astype(np.float32)
-    table = sok.Variable(values, dtype=tf.bfloat16, slot_dtype=slot_dtype, name=name)
-    opt = keras.optimizers.Adam(0.05)
-    for step in range(2):
-        rows = tf.constant([1, 4, 7 + step], tf.int64)
-        grad = tf.IndexedSlices(tf.ones([3, DIM]) * (step + 1.3), rows, [ROWS, DIM])
-        with sok.OptimizerScope([table]):
-            opt.apply_gradients([(grad, table)])
-    return table, opt
+    return trained_table(tf.bfloat16, name, slot_dtype, first_grad=1.3)
 
 
 def slot_values(opt, table) -> dict:

@@ -38,7 +38,7 @@ def train(table, optimizer, steps):
             optimizer.apply_gradients(zip(grads, [table]))
 
 
-def rows_by_key(table):
+def sorted_export(table):
     keys, rows = (x.numpy() for x in table.export(with_slots=True))
     order = np.argsort(keys)
     return keys[order], rows[order]
@@ -86,7 +86,7 @@ def test_a_tiered_table_larger_than_its_budget_reloads_a_piece_at_a_time(
     assert len([n for n in assigns if n]) == -(-KEYS // PIECE)
     stats = restored.memory_stats()
     assert stats["rows_disk"] > 0 and stats["rows_ram"] + stats["rows_disk"] == KEYS, stats
-    for got, want in zip(rows_by_key(restored), rows_by_key(table)):
+    for got, want in zip(sorted_export(restored), sorted_export(table)):
         np.testing.assert_array_equal(got, want)
 
 
@@ -99,7 +99,7 @@ def test_a_chain_streams_and_later_rows_win(dumped, tmp_path, monkeypatch, spies
     restored = make_table(sok.storage.Disk(tmp_path / "tier", ram_budget=BUDGET))
     sok.load([base, tmp_path / "inc"], [restored], keras.optimizers.Adam(0.01))
     assert max(assigns) <= PIECE and sum(assigns) == 2 * KEYS  # the increment changed every row
-    for got, want in zip(rows_by_key(restored), rows_by_key(table)):
+    for got, want in zip(sorted_export(restored), sorted_export(table)):
         np.testing.assert_array_equal(got, want)
 
 
@@ -128,10 +128,10 @@ def test_a_bad_increment_fails_before_anything_is_assigned(dumped, tmp_path, spi
     match = corrupt(tmp_path / "inc")
     target = make_table()
     sok.lookup_sparse(target, tf.ragged.constant([[1, 2]], dtype=tf.int64))
-    before = rows_by_key(target)
+    before = sorted_export(target)
     reads, assigns = spies
     with pytest.raises(sok.CheckpointError, match=match):
         sok.load([base, tmp_path / "inc"], [target], keras.optimizers.Adam(0.01))
     assert reads == [] and assigns == []
-    for got, want in zip(rows_by_key(target), before):
+    for got, want in zip(sorted_export(target), before):
         np.testing.assert_array_equal(got, want)

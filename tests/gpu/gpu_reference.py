@@ -57,6 +57,29 @@ def combine_backward(grad_out, inverse, row_splits, weights, scale, num_unique):
     return grad_rows
 
 
+# (kind, params, number of slots); params (after lr and weight decay) as documented on
+# sok_lite::OptimizerKind: every kernel kind and option.
+OPTIMIZER_CASES = [
+    ("sgd", [], 0),
+    ("momentum", [0.9], 1),
+    ("nesterov", [0.9], 1),
+    ("adam", [0.9, 0.999, 1e-7, 3], 2),
+    ("amsgrad", [0.9, 0.999, 1e-7, 5], 3),
+    ("adagrad", [1e-7, 0], 1),
+    ("adagrad", [1e-3, 1], 1),
+    ("rmsprop", [0.9, 0.0, 1e-7, 0, 0], 1),
+    ("rmsprop", [0.9, 0.5, 1e-7, 0, 0], 2),
+    ("rmsprop", [0.9, 0.0, 1e-7, 1, 0], 2),
+    ("rmsprop", [0.9, 0.5, 1e-7, 1, 0], 3),
+    ("rmsprop", [0.9, 0.0, 1e-3, 0, 1], 1),
+    ("rmsprop", [0.9, 0.0, 1e-3, 1, 1], 2),
+    ("ftrl", [-0.5, 0.01, 0.02, 0.1, 0.0], 2),
+    ("ftrl", [-0.5, 0.0, 0.0, 0.0, 0.05], 2),
+    ("adamax", [0.9, 0.999, 1e-7, 3], 2),
+    ("adadelta", [0.95, 1e-7], 2),
+]
+
+
 def apply_rows(kind, lr, wd, p, rows, grads, var, slots):
     """Updates var and slots (float32 NumPy arrays) in place, as core ApplyRows."""
     lr, wd = F32(lr), F32(wd)

@@ -21,7 +21,7 @@ def dataset(seed):
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
 
 
-def make_model():
+def shared_table_model():
     """An Embedding, and two features sharing one table (their gradients add up)."""
     ids = keras.Input(shape=(None,), dtype="int64", ragged=True)
     shared = EmbeddingCollection(
@@ -44,7 +44,7 @@ def looked_up_tables(model):
 
 def twin_models():
     """Two models with equal weights."""
-    a, b = make_model(), make_model()
+    a, b = shared_table_model(), shared_table_model()
     b.set_weights(a.get_weights())
     return a, b
 
@@ -102,12 +102,12 @@ def test_fit_equals_a_manual_loop_and_touches_only_looked_up_rows(make_optimizer
     fitted.fit(data, epochs=1, verbose=0, shuffle=False)
     manual_training(manual, make_optimizer(), data, route)
 
-    for table, before in zip(tables, initial):
+    for table, before in zip(tables, initial, strict=True):
         after = table.numpy()
         np.testing.assert_array_equal(after[USED_ROWS:], before[USED_ROWS:])
         assert np.all(np.any(after[:USED_ROWS] != before[:USED_ROWS], axis=1))
     assert fitted.optimizer.iterations.numpy() == STEPS
-    for got, want in zip(fitted.get_weights(), manual.get_weights()):
+    for got, want in zip(fitted.get_weights(), manual.get_weights(), strict=True):
         assert got.dtype == np.float64
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
     for table in tables:
@@ -116,7 +116,7 @@ def test_fit_equals_a_manual_loop_and_touches_only_looked_up_rows(make_optimizer
 
 
 def test_evaluate_and_predict_equal_direct_calls():
-    model = make_model()
+    model = shared_table_model()
     model.compile(optimizer=OptimizerWrapper(keras.optimizers.Adam(0.01)), loss="mse")
     data = dataset(seed=1)
     x_all = tf.concat([x for x, _ in data], 0)
@@ -174,24 +174,24 @@ def test_wrapper_rejects_what_it_cannot_apply():
 
 
 def test_saved_model_resumes_training_with_its_table_slots(tmp_path):
-    model = make_model()
+    model = shared_table_model()
     model.compile(optimizer=OptimizerWrapper(keras.optimizers.Adam(0.05)), loss="mse")
     model.fit(dataset(seed=4), epochs=1, verbose=0, shuffle=False)
     model.save(str(tmp_path / "model.keras"))
     loaded = keras.models.load_model(str(tmp_path / "model.keras"))
     assert isinstance(loaded.optimizer, OptimizerWrapper)
     assert len(loaded.optimizer.variables) == len(model.optimizer.variables)
-    for got, want in zip(loaded.optimizer.variables, model.optimizer.variables):
+    for got, want in zip(loaded.optimizer.variables, model.optimizer.variables, strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
     model.fit(dataset(seed=5), epochs=1, verbose=0, shuffle=False)
     loaded.fit(dataset(seed=5), epochs=1, verbose=0, shuffle=False)
-    for got, want in zip(loaded.get_weights(), model.get_weights()):
+    for got, want in zip(loaded.get_weights(), model.get_weights(), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
 def test_checkpoint_holds_table_slots(tmp_path):
-    model = make_model()
+    model = shared_table_model()
     model.compile(optimizer=OptimizerWrapper(keras.optimizers.Adagrad(0.1)), loss="mse")
     model.fit(dataset(seed=6), epochs=1, verbose=0, shuffle=False)
     table = model.get_layer("emb").embeddings

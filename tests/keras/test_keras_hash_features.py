@@ -15,6 +15,7 @@ import sok_lite as sok
 import sok_lite.keras.layers as keras_layers
 from sok_lite.keras import Embedding, EmbeddingCollection, FeatureSpec, OptimizerWrapper
 from tests.checkpoint.test_serving import SERVE
+from tests.common import rows_by_key, seeded_head
 
 DIM, BATCH, STEPS, SLOTS, PAD = 4, 16, 5, 3, -1
 # Raw 64-bit keys anywhere in the int64 range, negative ones included (PAD is not among them).
@@ -36,7 +37,7 @@ def features():
     ]
 
 
-def make_model():
+def hashed_features_model():
     """Inputs: "user" dense [batch, SLOTS] keys padded with PAD, "item" ragged ids, "friends"
     ragged keys. Seeded initializers: two models start alike without get_weights."""
     inputs = {
@@ -46,8 +47,7 @@ def make_model():
     }
     out = EmbeddingCollection(features(), name="features")(inputs)
     h = keras.layers.Concatenate()([out["user"], out["item"], out["friends"]])
-    h = keras.layers.Dense(8, "tanh", kernel_initializer=keras.initializers.GlorotUniform(1))(h)
-    logits = keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(2))(h)
+    logits = seeded_head(h)
     return keras.Model(inputs, logits)
 
 
@@ -74,11 +74,6 @@ def fit(model, data):
     """model.fit on the batches, in order."""
     for x, y in data:
         model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, shuffle=False)
-
-
-def rows_by_key(table, with_slots=False) -> dict:
-    keys, rows = table.export(with_slots=with_slots)
-    return dict(zip(keys.numpy().tolist(), rows.numpy()))
 
 
 def assert_same_rows(a: dict, b: dict, **tolerance):
@@ -245,7 +240,7 @@ def test_config_round_trip():
 
 
 def test_fit_equals_a_gradient_tape_loop():
-    fitted, manual = compiled(make_model()), make_model()
+    fitted, manual = compiled(hashed_features_model()), hashed_features_model()
     data = dataset(seed=0)
     fit(fitted, data)
     manual_training(manual, keras.optimizers.Adam(0.05), data)
@@ -258,19 +253,19 @@ def test_fit_equals_a_gradient_tape_loop():
     tolerance = dict(rtol=1e-5, atol=1e-6)
     assert_same_rows(rows_by_key(a["users"], True), rows_by_key(b["users"], True), **tolerance)
     np.testing.assert_allclose(a["item"].numpy(), b["item"].numpy(), **tolerance)
-    for got, want in zip(dense_weights(fitted), dense_weights(manual)):
+    for got, want in zip(dense_weights(fitted), dense_weights(manual), strict=True):
         np.testing.assert_allclose(got, want, **tolerance)
 
 
 def test_freezing_keeps_hash_rows_at_their_initial_values():
-    model = compiled(make_model())
+    model = compiled(hashed_features_model())
     layer = model.get_layer("features")
     layer.trainable = False
     table = layer.tables["users"]
     assert not any(v is table for v in model.trainable_variables)
     assert any(v is table for v in model.non_trainable_variables)
     data = dataset(seed=1, steps=2)
-    initial = make_model()
+    initial = hashed_features_model()
     initial(data[0][0])
     initial(data[1][0])  # the same keys, looked up without training
     before = [w.copy() for w in dense_weights(model)]
@@ -283,7 +278,7 @@ def test_freezing_keeps_hash_rows_at_their_initial_values():
 
 
 def trained_model():
-    model = compiled(make_model())
+    model = compiled(hashed_features_model())
     fit(model, dataset(seed=2))
     return model
 
@@ -296,7 +291,7 @@ def assert_resumes_alike(model, restored):
     fit(model, more)
     fit(restored, more)
     assert_same_rows(rows_by_key(users(restored), True), rows_by_key(users(model), True), rtol=1e-6)
-    for got, want in zip(dense_weights(restored), dense_weights(model)):
+    for got, want in zip(dense_weights(restored), dense_weights(model), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
@@ -312,7 +307,7 @@ def test_keras_file_round_trip_resumes_training(tmp_path):
 def test_weights_file_round_trip(tmp_path):
     model = trained_model()
     model.save_weights(str(tmp_path / "model.weights.h5"))
-    fresh = make_model()
+    fresh = hashed_features_model()
     fresh(dataset(seed=9, steps=1)[0][0])  # keys the file does not hold: dropped on load
     fresh.load_weights(str(tmp_path / "model.weights.h5"))
     table = lambda m: m.get_layer("features").tables["users"]  # noqa: E731
@@ -324,7 +319,7 @@ def test_weights_file_round_trip(tmp_path):
 def test_tf_train_checkpoint_round_trip(tmp_path):
     model = trained_model()
     path = tf.train.Checkpoint(model=model, optimizer=model.optimizer).save(str(tmp_path / "c"))
-    restored = compiled(make_model())
+    restored = compiled(hashed_features_model())
     fit(restored, dataset(seed=5, steps=1))  # builds the optimizer; other keys and values
     tf.train.Checkpoint(model=restored, optimizer=restored.optimizer).restore(path)
     assert_resumes_alike(model, restored)
@@ -334,11 +329,13 @@ def test_sok_dump_and_load(tmp_path):
     model = trained_model()
     tables = list(model.get_layer("features").tables.values())
     sok.dump(tmp_path / "ckpt", tables, model.optimizer)
-    restored = compiled(make_model())
+    restored = compiled(hashed_features_model())
     fit(restored, dataset(seed=5, steps=1))
     restored_tables = list(restored.get_layer("features").tables.values())
     sok.load(tmp_path / "ckpt", restored_tables, restored.optimizer)
-    for w, value in zip(sok.filter_variables(restored.weights)[1], dense_weights(model)):
+    for w, value in zip(
+        sok.filter_variables(restored.weights)[1], dense_weights(model), strict=True
+    ):
         w.assign(value)  # dense weights travel by other means (here: by hand)
     for v, value in zip(
         restored.optimizer.inner_optimizer.variables, model.optimizer.inner_optimizer.variables
@@ -411,7 +408,7 @@ def summary_text(model) -> str:
 
 
 def test_model_count_params_and_summary_count_the_stored_rows():
-    model = make_model()
+    model = hashed_features_model()
     table = model.get_layer("features").tables["users"]
     others = sum(int(np.prod(w.shape)) for w in sok.filter_variables(model.weights)[1])
     others += 20 * DIM  # the fixed-size table
@@ -431,7 +428,7 @@ def test_model_count_params_and_summary_count_the_stored_rows():
     ids=["adam", "momentum", "adagrad"],
 )
 def test_a_plain_keras_optimizer_is_refused_naming_the_table_and_the_wrapper(optimizer):
-    model = make_model()
+    model = hashed_features_model()
     model.compile(optimizer=optimizer, loss="mse")
     table = model.get_layer("features").tables["users"]
     before = rows_by_key(table)
@@ -456,7 +453,7 @@ def test_collection_features_of_different_batch_sizes_are_refused():
 
 
 def test_get_weights_of_hash_tables_say_what_to_use_instead():
-    model = make_model()
+    model = hashed_features_model()
     model(batch_inputs(np.random.default_rng(0)))
     layer = model.get_layer("features")
     for call in (layer.get_weights, lambda: layer.set_weights([])):

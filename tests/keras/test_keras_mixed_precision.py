@@ -16,7 +16,7 @@ from tests.keras.test_keras_fit import (
     STEPS,
     dataset,
     looked_up_tables,
-    make_model,
+    shared_table_model,
 )
 
 POLICIES = {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
@@ -34,7 +34,7 @@ def restore_global_policy():
 
 def twin_models():
     """Two models with equal weights, built under the current global policy."""
-    a, b = make_model(), make_model()
+    a, b = shared_table_model(), shared_table_model()
     b.set_weights(a.get_weights())
     return a, b
 
@@ -130,7 +130,7 @@ def test_fit_under_mixed_bfloat16_equals_a_gradient_tape_loop():
     fitted.fit(data, epochs=1, verbose=0, shuffle=False)
     tape_training(manual, keras.optimizers.SGD(0.1, momentum=0.9), data)
 
-    for got, want in zip(fitted.get_weights(), manual.get_weights()):
+    for got, want in zip(fitted.get_weights(), manual.get_weights(), strict=True):
         # Both run the same graph in bfloat16 (epsilon 2**-7) and agree to the bit here; a
         # summation order of its own (another machine) may move a value by an epsilon. Run
         # op by op, outside a graph, the loop would round differently (by a few epsilons).
@@ -156,10 +156,10 @@ def test_fit_under_mixed_float16_unscales_table_gradients_as_a_tape_loop_does():
 
     assert float(fitted.optimizer.dynamic_scale.numpy()) == INITIAL_SCALE  # no step was skipped
     assert int(fitted.optimizer.iterations.numpy()) == STEPS
-    for table, before in zip(tables, initial):
+    for table, before in zip(tables, initial, strict=True):
         assert table.dtype == tf.float32
         assert not np.array_equal(table.numpy(), before)
-    for got, want in zip(fitted.get_weights(), manual.get_weights()):
+    for got, want in zip(fitted.get_weights(), manual.get_weights(), strict=True):
         # float16 (epsilon 2**-10), as bfloat16 above. A gradient left scaled, or unscaled
         # twice, would be off by a factor of 2**15.
         np.testing.assert_allclose(got, want, rtol=2**-10, atol=2**-10 * 0.1)
@@ -170,7 +170,7 @@ def test_fit_under_mixed_float16_trains(make_model_and_data):
     keras.mixed_precision.set_global_policy("mixed_float16")
     keras.utils.set_random_seed(2)
     if make_model_and_data == "fixed":
-        model, data = make_model(), dataset(seed=2)
+        model, data = shared_table_model(), dataset(seed=2)
     else:
         model, data = hashed_model(), hashed_dataset(seed=2)
     model.compile(optimizer=OptimizerWrapper(keras.optimizers.Adam(0.02)), loss="mse")
@@ -212,12 +212,12 @@ def test_an_overflowing_fit_step_changes_no_table_slot_or_weight_and_halves_the_
     for key, row in before["hash rows"].items():
         np.testing.assert_array_equal(after_rows[key], row)
     np.testing.assert_array_equal(fixed.numpy(), before["fixed"])
-    for slot, value in zip(slots, before["slots"]):
+    for slot, value in zip(slots, before["slots"], strict=True):
         np.testing.assert_array_equal(slot.numpy(), value)
-    for weight, value in zip(sok.filter_variables(model.weights)[1], before["dense"]):
+    for weight, value in zip(sok.filter_variables(model.weights)[1], before["dense"], strict=True):
         np.testing.assert_array_equal(np.asarray(weight), value)
     adam = optimizer.inner_optimizer.inner_optimizer
-    for variable, value in zip(adam.variables, before["dense slots"]):
+    for variable, value in zip(adam.variables, before["dense slots"], strict=True):
         np.testing.assert_array_equal(np.asarray(variable), value)
     assert int(optimizer.iterations.numpy()) == 0
     assert float(optimizer.dynamic_scale.numpy()) == huge / 2
@@ -336,7 +336,7 @@ def test_loss_scale_factor_unscales_table_gradients():
     plain.compile(optimizer=OptimizerWrapper(keras.optimizers.SGD(0.1)), loss="mse")
     scaled.fit(data, epochs=1, verbose=0, shuffle=False)
     plain.fit(data, epochs=1, verbose=0, shuffle=False)
-    for got, want in zip(scaled.get_weights(), plain.get_weights()):
+    for got, want in zip(scaled.get_weights(), plain.get_weights(), strict=True):
         # A power of two scales and unscales float32 gradients exactly.
         np.testing.assert_array_equal(got, want)
 
@@ -382,7 +382,7 @@ def test_fit_under_mixed_float16_keeps_the_wrappers_own_loss_scaling():
     halved.fit(data, epochs=1, verbose=0, shuffle=False)
     plain.fit(data, epochs=1, verbose=0, shuffle=False)
     assert float(halved.optimizer.dynamic_scale.numpy()) == INITIAL_SCALE  # no step skipped
-    for got, want in zip(halved.get_weights(), plain.get_weights()):
+    for got, want in zip(halved.get_weights(), plain.get_weights(), strict=True):
         # Scaling by powers of two is exact; 0.1 * g / 2 and 0.05 * g differ by a float32
         # rounding, far below float16's epsilon (2**-10). Dropping the halving would make
         # every update twice as large.
@@ -391,7 +391,7 @@ def test_fit_under_mixed_float16_keeps_the_wrappers_own_loss_scaling():
 
 def test_a_saved_mixed_float16_model_resumes_with_its_scale_and_sparse_check(tmp_path):
     keras.mixed_precision.set_global_policy("mixed_float16")
-    model = make_model()
+    model = shared_table_model()
     model.compile(
         optimizer=keras.optimizers.LossScaleOptimizer(
             OptimizerWrapper(keras.optimizers.Adam(0.05)), initial_scale=2.0**10
@@ -403,11 +403,11 @@ def test_a_saved_mixed_float16_model_resumes_with_its_scale_and_sparse_check(tmp
     loaded = keras.models.load_model(str(tmp_path / "model.keras"))
     assert isinstance(loaded.optimizer, keras.optimizers.LossScaleOptimizer)
     assert isinstance(loaded.optimizer.inner_optimizer, OptimizerWrapper)
-    for got, want in zip(loaded.optimizer.variables, model.optimizer.variables):
+    for got, want in zip(loaded.optimizer.variables, model.optimizer.variables, strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
     model.fit(dataset(seed=6), epochs=1, verbose=0, shuffle=False)
     loaded.fit(dataset(seed=6), epochs=1, verbose=0, shuffle=False)
     assert "check_finite" in vars(loaded.optimizer)  # the sparse check, set when built
-    for got, want in zip(loaded.get_weights(), model.get_weights()):
+    for got, want in zip(loaded.get_weights(), model.get_weights(), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

@@ -14,6 +14,7 @@ import tensorflow as tf
 import sok_lite as sok
 from sok_lite.comm.shards import ReplicaShards
 from sok_lite.keras import Embedding, EmbeddingCollection, FeatureSpec, OptimizerWrapper
+from tests.common import rows_by_key, seeded_head
 from tests.distributed.strategy_launcher import run_workers
 
 DIM, SLOTS, BATCH, STEPS, PAD = 32, 2, 16, 12, -1
@@ -40,7 +41,7 @@ def features(storage=None) -> list:
     ]
 
 
-def make_model(storage=None) -> keras.Model:
+def user_and_item_model(storage=None) -> keras.Model:
     """Dense inputs (what MirroredStrategy takes): "user" [batch, SLOTS] keys padded with PAD,
     "item" [batch, 1] ids. Seeded initializers: two models start alike."""
     inputs = {
@@ -49,8 +50,7 @@ def make_model(storage=None) -> keras.Model:
     }
     out = EmbeddingCollection(features(storage), name="features")(inputs)
     h = keras.layers.Concatenate()([out["user"], out["item"]])
-    h = keras.layers.Dense(8, "tanh", kernel_initializer=keras.initializers.GlorotUniform(1))(h)
-    logits = keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(2))(h)
+    logits = seeded_head(h)
     model = keras.Model(inputs, logits)
     model.compile(optimizer=OptimizerWrapper(keras.optimizers.Adam(0.05)), loss="mse")
     return model
@@ -77,12 +77,11 @@ def shards_and_ranks(table):
     return [(sok.rank(), table)]
 
 
-def rows_by_key(table) -> dict:
+def rows_over_shards(table) -> dict:
     """{key: row with its Adam slots} over the table's shards in this process."""
     rows = {}
     for _, shard in shards_and_ranks(table):
-        keys, values = shard.export(with_slots=True)
-        rows.update(zip(keys.numpy().tolist(), values.numpy()))
+        rows.update(rows_by_key(shard, with_slots=True))
     return rows
 
 
@@ -90,10 +89,10 @@ def dense_weights(model) -> list:
     return [np.asarray(w.numpy()) for w in sok.filter_variables(model.weights)[1]]
 
 
-def assert_same_training(tiered: keras.Model, ram: keras.Model) -> None:
+def assert_bitwise_same_training(tiered: keras.Model, ram: keras.Model) -> None:
     """Bit for bit: the tier only moves records between RAM and the file."""
-    a = rows_by_key(tiered.get_layer("features").tables["user"])
-    b = rows_by_key(ram.get_layer("features").tables["user"])
+    a = rows_over_shards(tiered.get_layer("features").tables["user"])
+    b = rows_over_shards(ram.get_layer("features").tables["user"])
     assert sorted(a) == sorted(b) and len(a) > 100
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=f"key {key}")
@@ -106,16 +105,16 @@ def assert_same_training(tiered: keras.Model, ram: keras.Model) -> None:
 
 def test_fit_with_a_disk_tier_equals_an_all_ram_table(tmp_path):
     disk = sok.storage.Disk(tmp_path / "tier", ram_budget=BUDGET)
-    tiered, ram = make_model(disk), make_model()
+    tiered, ram = user_and_item_model(disk), user_and_item_model()
     fit(tiered, dataset())
     fit(ram, dataset())
-    assert_same_training(tiered, ram)
+    assert_bitwise_same_training(tiered, ram)
 
     table = tiered.get_layer("features").tables["user"]
     assert table.storage == disk
     stats = table.memory_stats()
     assert stats["rows_disk"] > 0 and stats["misses"] > 0, stats  # spilled, and read back
-    all_ram = len(rows_by_key(table))
+    all_ram = len(rows_over_shards(table))
     assert stats["rows_ram"] * 4 <= all_ram, stats
     assert os.listdir(tmp_path / "tier") == ["user.rank0"]
 
@@ -168,7 +167,7 @@ def test_embedding_layer_takes_storage(tmp_path):
 
 def test_keras_file_round_trip(tmp_path):
     disk = sok.storage.Disk(tmp_path / "tier", ram_budget=BUDGET)
-    model = make_model(disk)
+    model = user_and_item_model(disk)
     fit(model, dataset())
     model.save(str(tmp_path / "model.keras"))
     loaded = keras.models.load_model(str(tmp_path / "model.keras"))
@@ -179,7 +178,7 @@ def test_keras_file_round_trip(tmp_path):
     more = dataset(steps=2, seed=1)
     fit(model, more)
     fit(loaded, more)
-    assert_same_training(loaded, model)
+    assert_bitwise_same_training(loaded, model)
 
 
 # --- configs and errors ----------------------------------------------------------------------

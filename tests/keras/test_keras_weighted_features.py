@@ -13,6 +13,7 @@ from tape_reference import manual_training
 import sok_lite as sok
 import sok_lite.keras.layers as keras_layers
 from sok_lite.keras import Embedding, EmbeddingCollection, FeatureSpec, OptimizerWrapper
+from tests.common import rows_by_key, seeded_head
 
 ROWS, DIM, BATCH, MAX_IDS, PAD, STEPS = 30, 4, 12, 4, -1, 4
 COMBINERS = ("sum", "mean", "sqrtn")
@@ -192,7 +193,7 @@ def test_collection_mixes_weighted_unweighted_and_hash_features_in_one_call(monk
 # --- functional model, fit ---------------------------------------------------------------
 
 
-def make_model():
+def weighted_features_model():
     inputs = {
         "terms": keras.Input(shape=(None,), dtype="int64", ragged=True, name="terms"),
         "term_weights": keras.Input(
@@ -219,8 +220,7 @@ def make_model():
         (inputs["terms"], inputs["term_weights"])
     )
     h = keras.layers.Concatenate()([out[f.name] for f in FEATURES] + [extra])
-    h = keras.layers.Dense(8, "tanh", kernel_initializer=keras.initializers.GlorotUniform(1))(h)
-    logits = keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(2))(h)
+    logits = seeded_head(h)
     return keras.Model(inputs, logits)
 
 
@@ -234,13 +234,8 @@ def dataset():
     return batches
 
 
-def rows_by_key(table) -> dict:
-    keys, rows = table.export(with_slots=True)
-    return dict(zip(keys.numpy().tolist(), rows.numpy()))
-
-
 def test_fit_equals_a_gradient_tape_loop():
-    fitted, manual = make_model(), make_model()
+    fitted, manual = weighted_features_model(), weighted_features_model()
     fitted.compile(optimizer=OptimizerWrapper(keras.optimizers.Adam(0.05)), loss="mse")
     data = dataset()
     for x, y in data:
@@ -255,18 +250,18 @@ def test_fit_equals_a_gradient_tape_loop():
     for name in ("terms", "cross", "extra"):
         np.testing.assert_allclose(got[name].numpy(), want[name].numpy(), **tolerance)
     assert np.any(got["extra"].numpy() != 1.0)  # the Embedding's table trained too
-    a, b = rows_by_key(got["user"]), rows_by_key(want["user"])
+    a, b = rows_by_key(got["user"], with_slots=True), rows_by_key(want["user"], with_slots=True)
     assert a and sorted(a) == sorted(b)
     for key in a:
         np.testing.assert_allclose(a[key], b[key], err_msg=key, **tolerance)
     dense_got = sok.filter_variables(fitted.weights)[1]
     dense_want = sok.filter_variables(manual.weights)[1]
-    for g, w in zip(dense_got, dense_want):
+    for g, w in zip(dense_got, dense_want, strict=True):
         np.testing.assert_allclose(g.numpy(), w.numpy(), **tolerance)
 
 
 def test_keras_file_round_trip(tmp_path):
-    model = make_model()
+    model = weighted_features_model()
     x = dataset()[0][0]
     expected = model(x).numpy()
     model.save(str(tmp_path / "model.keras"))

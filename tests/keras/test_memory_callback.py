@@ -15,7 +15,7 @@ from sok_lite.memory import hash_table_bytes
 ROWS, DIM, BATCH, STEPS = 30, 4, 8, 5
 
 
-def make_model():
+def static_and_hashed_model():
     static_ids = keras.Input(shape=(None,), dtype="int64", ragged=True, name="static_ids")
     hashed_ids = keras.Input(shape=(None,), dtype="int64", ragged=True, name="hashed_ids")
     a = Embedding(ROWS, DIM, name="users")(static_ids)
@@ -50,7 +50,7 @@ def read_scalars(log_dir) -> dict:
 
 
 def test_callback_writes_the_report_every_n_steps_and_at_the_end(tmp_path):
-    model = make_model()
+    model = static_and_hashed_model()
     data, hashed = dataset()
     callback = MemoryReportCallback(str(tmp_path), every_n_steps=2)
     model.fit(data, epochs=1, callbacks=[callback], verbose=0)

@@ -13,7 +13,7 @@ from tests.robustness.worlds import assert_unchanged, file_state, ids, table_sta
 REGISTERED = ("keras.Model.load_weights", "keras.saving.load_model")
 
 
-def make_model(item_dim: int = 4, click_dim: int = 3) -> keras.Model:
+def item_and_click_model(item_dim: int = 4, click_dim: int = 3) -> keras.Model:
     inputs = {
         "item": keras.Input(shape=(None,), dtype="int64", ragged=True, name="item"),
         "click": keras.Input(shape=(None,), dtype="int64", ragged=True, name="click"),
@@ -44,28 +44,28 @@ def model_state(model: keras.Model, root) -> dict:
 
 @pytest.fixture
 def trained(tmp_path):
-    model = make_model()
+    model = item_and_click_model()
     model.compile(optimizer=sok.OptimizerWrapper(keras.optimizers.Adam(0.05)), loss="mse")
     model.fit(batch(), tf.ones([2, 1]), epochs=2, verbose=0)
     return model
 
 
 def wider_hash_table_weights(root):
-    other = make_model(click_dim=5)
+    other = item_and_click_model(click_dim=5)
     other(batch())
     other.save_weights(str(root / "other.weights.h5"))
     return root / "other.weights.h5"
 
 
 def wider_static_table_weights(root):
-    other = make_model(item_dim=6)
+    other = item_and_click_model(item_dim=6)
     other(batch())
     other.save_weights(str(root / "other.weights.h5"))
     return root / "other.weights.h5"
 
 
 def truncated_weights(root):
-    other = make_model()
+    other = item_and_click_model()
     other(batch())
     path = root / "cut.weights.h5"
     other.save_weights(str(path))
@@ -98,4 +98,4 @@ def test_a_hash_table_weight_of_another_width_is_refused_naming_it(trained, tmp_
     path = wider_hash_table_weights(tmp_path)
     with pytest.raises(ValueError, match="hash table of dimension 3"):
         trained.load_weights(str(path))
-    np.testing.assert_equal(len(trained.weights), len(make_model().weights))
+    np.testing.assert_equal(len(trained.weights), len(item_and_click_model().weights))

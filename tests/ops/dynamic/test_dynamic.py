@@ -6,16 +6,8 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
+from tests.common import ragged, rows_by_key
 from tests.ops.optimizer.lazy_reference import LazyOptimizer
-
-
-def ragged(rows, dtype=tf.int64):
-    return tf.ragged.constant(rows, dtype=dtype, ragged_rank=1)
-
-
-def stored(table) -> dict:
-    keys, values = table.export()
-    return dict(zip(keys.numpy().tolist(), values.numpy()))
 
 
 def test_mixed_with_static_tables_matches_tf_lookup(device):
@@ -32,7 +24,7 @@ def test_mixed_with_static_tables_matches_tf_lookup(device):
             combiners=["sum", "mean"],
         )
         loss = tf.reduce_sum(d_out * np.arange(9.0).reshape(3, 3).astype(np.float32))
-    rows = stored(dynamic)
+    rows = rows_by_key(dynamic)
     assert sorted(rows) == [-5, 7, 2**40]
     # Reference: the same rows in a dense table, looked up by TF.
     order = sorted(rows)
@@ -58,7 +50,7 @@ def test_same_initial_row_for_a_key_whatever_the_order():
     sok.lookup_sparse(a, ragged([[1, 2, 3]]))
     sok.lookup_sparse(b, ragged([[3], [9]]))
     sok.lookup_sparse(b, ragged([[2, 1]]))
-    ra, rb = stored(a), stored(b)
+    ra, rb = rows_by_key(a), rows_by_key(b)
     for key in (1, 2, 3):
         np.testing.assert_array_equal(ra[key], rb[key])
 
@@ -73,7 +65,7 @@ def test_optimizer_equals_lazy_reference(make, device):
     rng = np.random.default_rng(3)
     universe = [-(2**62), -3, 0, 11, 2**33]
     sok.lookup_sparse(table, ragged([universe]))
-    init = stored(table)
+    init = rows_by_key(table)
     w = np.stack([init[k] for k in universe])
     ref = LazyOptimizer(name, opt.get_config(), w.shape)
 
@@ -87,7 +79,7 @@ def test_optimizer_equals_lazy_reference(make, device):
         g = rng.standard_normal([3, 4]).astype(np.float32)
         step(tf.constant([universe[i] for i in idx], tf.int64), tf.constant(g))
         ref.step(w, idx, g, float(opt.learning_rate))
-    got = stored(table)
+    got = rows_by_key(table)
     np.testing.assert_allclose(np.stack([got[k] for k in universe]), w, rtol=2e-5, atol=1e-6)
     keys, full = table.export(with_slots=True)
     assert full.shape == (5, 4 * (3 if name == "adam" else 2))
@@ -105,7 +97,7 @@ def test_optimizer_on_many_keys_equals_lazy_reference(name):
     rng = np.random.default_rng(5)
     universe = np.unique(rng.integers(-(2**62), 2**62, size=6000))
     sok.lookup_sparse(table, tf.RaggedTensor.from_tensor(universe.reshape(-1, 1)))
-    init = stored(table)
+    init = rows_by_key(table)
     w = np.stack([init[k] for k in universe])
     ref = LazyOptimizer(name, opt.get_config(), w.shape)
     for _ in range(3):
@@ -114,7 +106,7 @@ def test_optimizer_on_many_keys_equals_lazy_reference(name):
         with sok.OptimizerScope([table]):
             opt.apply_gradients([(tf.IndexedSlices(tf.constant(g), universe[idx]), table)])
         ref.step(w, idx, g, float(opt.learning_rate))
-    got = stored(table)
+    got = rows_by_key(table)
     np.testing.assert_allclose(np.stack([got[k] for k in universe]), w, rtol=2e-5, atol=1e-6)
 
 
@@ -139,7 +131,7 @@ def test_capacity_evicts_by_policy(policy, expected):
         sok.lookup_sparse(table, ragged([[key]]))
     # lru: 4 evicts 1 (seen last at step 3), 5 evicts 3 (step 6).
     # lfu: 4 evicts 3 (1 lookup), 5 evicts 4 (1 lookup; 1 and 2 have 3).
-    assert sorted(stored(table)) == expected
+    assert sorted(rows_by_key(table)) == expected
 
 
 def test_rows_of_the_batch_are_not_evicted_for_its_new_keys():
@@ -149,7 +141,7 @@ def test_rows_of_the_batch_are_not_evicted_for_its_new_keys():
     # Key 1 is the least recently used row, but this batch sees it (twice): the room for key 4
     # comes from evicting 2.
     sok.lookup_sparse(table, ragged([[3], [1], [3, 4], [1]]))
-    assert sorted(stored(table)) == [1, 3, 4]
+    assert sorted(rows_by_key(table)) == [1, 3, 4]
 
 
 def test_gradient_sums_the_repeats_of_a_key():
@@ -170,7 +162,7 @@ def test_update_sums_repeated_keys_and_skips_keys_not_stored():
     keys = tf.constant([3, 9, 3, 4], tf.int64)  # 9 was never looked up
     with sok.OptimizerScope([table]):
         keras.optimizers.SGD(1.0).apply_gradients([(tf.IndexedSlices(grads, keys), table)])
-    rows = stored(table)
+    rows = rows_by_key(table)
     assert sorted(rows) == [3, 4]
     np.testing.assert_array_equal(rows[3], [-101.0, -202.0])
     np.testing.assert_array_equal(rows[4], [-5.0, -5.0])
@@ -193,7 +185,7 @@ def test_memory_follows_seen_keys():
             loss = tf.reduce_sum(sok.lookup_sparse(table, tf.RaggedTensor.from_tensor(ids)))
         with sok.OptimizerScope([table]):
             opt.apply_gradients([(tape.gradient(loss, table), table)])
-    assert sorted(stored(table)) == [17, 523, 99_999]
+    assert sorted(rows_by_key(table)) == [17, 523, 99_999]
 
 
 def test_int32_keys():

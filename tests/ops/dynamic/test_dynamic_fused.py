@@ -12,13 +12,9 @@ import tensorflow as tf
 
 import sok_lite as sok
 from sok_lite.ops import dynamic_ops
+from tests.common import rows_by_key
 
 EXTREME_KEYS = [-(2**63), -1, 0, 2**31, 2**63 - 1]
-
-
-def stored(table) -> dict:
-    keys, values = table.export()
-    return dict(zip(keys.numpy().tolist(), values.numpy()))
 
 
 def random_batch(rng, batch=6000):
@@ -59,7 +55,7 @@ def test_fused_lookup_matches_numpy(combiner, weighted):
         sp_weights = None if weights is None else tf.RaggedTensor.from_row_lengths(weights, lengths)
         out = sok.lookup_sparse(table, ids, sp_weights=sp_weights, combiners=combiner).numpy()
         seen |= set(keys.tolist())
-        rows = stored(table)
+        rows = rows_by_key(table)
         assert set(rows) == seen
         ref = numpy_combine(rows, keys, lengths, weights, combiner, dim)
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
@@ -78,7 +74,7 @@ def test_fused_rows_equal_the_deduplicated_ops_rows():
     out = sok.lookup_sparse(fused, tf.RaggedTensor.from_row_lengths(keys, lengths)).numpy()
     unique = np.unique(keys)
     rows = dynamic_ops.lookup(plain.handle, tf.constant(unique), 4).numpy()
-    np.testing.assert_array_equal(stored(fused)[int(unique[3])], rows[3])
+    np.testing.assert_array_equal(rows_by_key(fused)[int(unique[3])], rows[3])
     by_key = dict(zip(unique.tolist(), rows))
     ref = numpy_combine(by_key, keys, lengths, None, "sum", 4)
     np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6)
@@ -126,7 +122,7 @@ def test_lfu_counts_a_key_once_per_step_however_often_it_repeats():
     for key in (2, 3, 2, 3, 2, 3):  # three steps each
         sok.lookup_sparse(table, tf.ragged.constant([[key]], tf.int64))
     sok.lookup_sparse(table, tf.ragged.constant([[4]], tf.int64))  # full: the least counted goes
-    assert sorted(stored(table)) == [2, 3, 4]
+    assert sorted(rows_by_key(table)) == [2, 3, 4]
 
 
 def test_keys_of_a_large_batch_count_as_seen_in_its_step():
@@ -136,7 +132,7 @@ def test_keys_of_a_large_batch_count_as_seen_in_its_step():
     sok.lookup_sparse(table, tf.ragged.constant([[3]], tf.int64))
     assert int(table.evict(steps_unseen=2)) == 0  # seen one step ago
     assert int(table.evict(steps_unseen=1)) == 3
-    assert sorted(stored(table)) == [3]
+    assert sorted(rows_by_key(table)) == [3]
 
 
 def test_keys_not_admitted_read_their_initial_rows_inside_combined_samples():
@@ -152,7 +148,7 @@ def test_keys_not_admitted_read_their_initial_rows_inside_combined_samples():
     expected = sok.lookup_sparse(plain, ids, sp_weights=w, combiners="mean").numpy()
     np.testing.assert_allclose(first, expected, rtol=1e-6)
     second = sok.lookup_sparse(gated, ids, sp_weights=w, combiners="mean").numpy()
-    assert sorted(stored(gated)) == [7, 8, 9]
+    assert sorted(rows_by_key(gated)) == [7, 8, 9]
     np.testing.assert_allclose(second, expected, rtol=1e-6)
 
 

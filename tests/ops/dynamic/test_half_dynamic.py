@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import sok_lite as sok
 from sok_lite.tables import key_hash
+from tests.common import ragged, rows_by_key
 from tests.ops.optimizer.test_optimizers import CASES
 
 DIM = 37  # every position of RoundingBits' four 16-bit draws, and an odd packed width
@@ -22,17 +23,8 @@ EPS = {tf.bfloat16: 2.0**-7, tf.float16: 2.0**-10}
 KEYS = np.array([-(2**62), -3, 0, 11, 2**33, 2**40 + 7], np.int64)
 
 
-def ragged(rows, dtype=tf.int64):
-    return tf.ragged.constant(rows, dtype=dtype, ragged_rank=1)
-
-
-def stored(table, with_slots=False) -> dict:
-    keys, values = table.export(with_slots=with_slots)
-    return dict(zip(keys.numpy().tolist(), values.numpy()))
-
-
 def rows_of(table, keys, with_slots=False) -> np.ndarray:
-    got = stored(table, with_slots)
+    got = rows_by_key(table, with_slots)
     return np.stack([got[k] for k in keys.tolist()])
 
 

@@ -5,6 +5,9 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+import sok_lite as sok
+from tests.common import ragged
+
 
 @dataclasses.dataclass
 class Case:
@@ -31,12 +34,6 @@ def random_case(seed, combiner, weighted, id_dtype, value_dtype=tf.float32, num_
     return Case(tables, ids, weights, [combiner] * n_tables, id_dtype, value_dtype)
 
 
-def ragged(rows, dtype, batch=None):
-    if not rows:
-        return tf.RaggedTensor.from_row_splits(tf.zeros([0], dtype), tf.zeros([1], tf.int64))
-    return tf.ragged.constant(rows, dtype=dtype, ragged_rank=1)
-
-
 def as_input(rows, dtype, kind):
     r = ragged(rows, dtype)
     return r if kind == "ragged" else r.to_sparse()
@@ -58,3 +55,16 @@ def tf_reference(case, upstream):
             loss += tf.reduce_sum(out * upstream[t])
     grads = tape.gradient(loss, variables)
     return [o.numpy() for o in outs], [tf.convert_to_tensor(g).numpy() for g in grads]
+
+
+def lookup_and_gradients(variables, ids, weights, combiners, upstream, use_function=False):
+    """sok.lookup_sparse's outputs and the gradients of sum(output * upstream) for `variables`,
+    run eagerly or as a tf.function."""
+
+    def step():
+        with tf.GradientTape() as tape:
+            outs = sok.lookup_sparse(variables, ids, weights, combiners=combiners)
+            loss = tf.add_n([tf.reduce_sum(o * u) for o, u in zip(outs, upstream)])
+        return outs, tape.gradient(loss, variables)
+
+    return tf.function(step)() if use_function else step()

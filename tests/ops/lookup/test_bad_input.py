@@ -7,6 +7,9 @@ import tensorflow as tf
 import sok_lite as sok
 from sok_lite._loader import ops
 
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
+
 
 @pytest.fixture
 def tables():

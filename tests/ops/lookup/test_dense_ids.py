@@ -8,6 +8,9 @@ import tensorflow as tf
 
 import sok_lite as sok
 
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
+
 
 def tables():
     rng = np.random.default_rng(4)

@@ -7,6 +7,9 @@ import tensorflow as tf
 
 import sok_lite as sok
 
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
+
 BEYOND = r"table 'wide': (initial|assigned) value 1000000.0 is beyond float16's range"
 
 

@@ -10,6 +10,9 @@ import tensorflow as tf
 
 import sok_lite as sok
 
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
+
 HALF = [tf.bfloat16, tf.float16]
 NUMPY_HALF = {tf.bfloat16: ml_dtypes.bfloat16, tf.float16: np.float16}
 ROWS, DIM = 37, 9

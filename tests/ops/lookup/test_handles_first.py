@@ -9,6 +9,9 @@ from sok_lite.ops import dynamic_ops, exchange_ops, lookup_ops
 from sok_lite.ops.optimizer_ops import sparse_apply
 from sok_lite.tables.initializers import row_initializer
 
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
+
 EMPTY = np.array([0], np.int64), np.array([1], np.int64)  # one rank asking nothing of one table
 
 

@@ -9,6 +9,9 @@ import sok_lite as sok
 from sok_lite.ops import dynamic_ops, lookup_ops
 from tests.gpu.gpu_reference import unique_ids as first_occurrence_unique
 
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
+
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_dedup_of_many_ids_matches_first_occurrence_order(seed):

@@ -10,16 +10,16 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
+from tests.common import ragged
+
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
 
 EAGER_AND_GRAPH = pytest.mark.parametrize("graph", [False, True], ids=["eager", "tf.function"])
 
 
 def call(fn, graph):
     return tf.function(fn)() if graph else fn()
-
-
-def ragged(rows):
-    return tf.ragged.constant(rows, dtype=tf.int64)
 
 
 @EAGER_AND_GRAPH

@@ -6,6 +6,9 @@ import tensorflow as tf
 
 import sok_lite as sok
 
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
+
 
 @pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
 def test_sample_without_ids_gives_zero_row(combiner):

@@ -7,7 +7,15 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from tests.ops.lookup.lookup_cases import as_input, random_case, tf_reference
+from tests.ops.lookup.lookup_cases import (
+    as_input,
+    lookup_and_gradients,
+    random_case,
+    tf_reference,
+)
+
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -23,19 +31,15 @@ def run_ours(case, upstream, kind, use_function):
     sp_ids = [as_input(ids, case.id_dtype, kind) for ids in case.ids]
     sp_w = [None if w is None else as_input(w, case.value_dtype, kind) for w in case.weights]
 
-    def step():
-        with tf.GradientTape() as tape:
-            outs = sok.lookup_sparse(variables, sp_ids, sp_w, combiners=case.combiners)
-            loss = tf.add_n([tf.reduce_sum(o * u) for o, u in zip(outs, upstream)])
-        return outs, tape.gradient(loss, variables)
-
-    outs, grads = tf.function(step)() if use_function else step()
+    outs, grads = lookup_and_gradients(
+        variables, sp_ids, sp_w, case.combiners, upstream, use_function
+    )
     return variables, outs, grads
 
 
 @pytest.mark.parametrize("combiner,weighted,id_dtype,kind", GRID)
 @pytest.mark.parametrize("seed", [0, 1])
-def test_matches_tf(seed, combiner, weighted, id_dtype, kind, device):
+def test_matches_tf(seed, combiner, weighted, id_dtype, kind):
     case = random_case(
         seed * 100 + GRID.index((combiner, weighted, id_dtype, kind)), combiner, weighted, id_dtype
     )
@@ -66,7 +70,7 @@ def test_float64_tables(combiner):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_gradient_has_one_row_per_unique_id(seed, device):
+def test_gradient_has_one_row_per_unique_id(seed):
     case = random_case(seed, "sum", False, tf.int64, num_tables=2)
     upstream = [np.ones([len(case.ids[0]), t.shape[1]], np.float32) for t in case.tables]
     _, _, grads = run_ours(case, upstream, "ragged", use_function=False)

@@ -1,10 +1,14 @@
 """Gradient functions read an op's inputs by name: list inputs split by the op's registration."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from sok_lite.ops import lookup_ops
 from sok_lite.ops.op_inputs import inputs_by_name
+
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
 
 
 def test_list_inputs_are_split_by_name():

@@ -13,6 +13,9 @@ import sok_lite as sok
 from sok_lite.tables import key_hash
 from tests.ops.optimizer.test_optimizers import CASES
 
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
+
 ROWS, DIM = 24, 37  # an odd width: vector loops of the conversions and their tails
 
 

@@ -17,6 +17,9 @@ import sok_lite as sok
 from sok_lite.tables import key_hash
 from tests.ops.optimizer.test_optimizers import CASES
 
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
+
 ROWS, DIM = 24, 37
 BF16_REL = 2.0**-7  # spacing of bfloat16 relative to the value: a neighbour is within it
 

@@ -15,8 +15,6 @@ terms grouped a little differently); hash tables are float32 only.
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -26,6 +24,11 @@ import tensorflow as tf
 
 import sok_lite as sok
 from sok_lite.optim.optimizer_rules import rule_for, unwrap
+from tests.common import random_table
+from tests.python_json import run_python_json
+
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
 
 tf_keras = pytest.importorskip("tf_keras")
 legacy = tf_keras.optimizers.legacy
@@ -90,10 +93,6 @@ def steps(seed, dtype=np.float64):
     return out
 
 
-def init_table(seed, dtype=np.float64):
-    return np.random.default_rng(seed).standard_normal([ROWS, DIM]).astype(dtype)
-
-
 def grad(rows, g):
     return tf.IndexedSlices(tf.constant(g), tf.constant(rows, tf.int64), [ROWS, DIM])
 
@@ -151,7 +150,7 @@ def check_slots(case, table, opt, legacy_var, legacy_opt, rows):
     rule = rule_for(unwrap(opt))
     ours = sok.opt_slots(opt, table)
     assert sorted(ours) == sorted(name for name, _ in rule.slots)
-    for (name, _), legacy_name in zip(rule.slots, rule.keras_slots):
+    for (name, _), legacy_name in zip(rule.slots, rule.keras_slots, strict=True):
         expected = legacy_opt.get_slot(legacy_var, legacy_name).numpy()
         np.testing.assert_allclose(
             ours[name].numpy()[rows], expected[rows], rtol=1e-9, atol=1e-12, err_msg=case
@@ -160,7 +159,7 @@ def check_slots(case, table, opt, legacy_var, legacy_opt, rows):
 
 def test_the_legacy_reference_is_lazy_where_expected():
     """Guards the premise: a legacy optimizer that became lazy (or stopped being) shows here."""
-    init, gradient_steps = init_table(1), steps(2)
+    init, gradient_steps = random_table(1, ROWS, DIM, np.float64), steps(2)
     for case, lazy in LAZY.items():
         legacy_var, _ = run_legacy(case, init, gradient_steps)
         per_row = run_per_row(case, init, gradient_steps)
@@ -174,7 +173,7 @@ def test_the_legacy_reference_is_lazy_where_expected():
 @pytest.mark.parametrize("how", ["scope", "wrapper", "wrapper_function"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_equals_the_legacy_optimizer(case, how):
-    init, gradient_steps = init_table(3), steps(4)
+    init, gradient_steps = random_table(3, ROWS, DIM, np.float64), steps(4)
     table, opt = run_ours(case, init, gradient_steps, how)
     legacy_var, legacy_opt = run_legacy(case, init, gradient_steps)
     assert int(opt.iterations) == STEPS
@@ -194,7 +193,7 @@ def test_learning_rate_schedule_and_a_dense_variable_in_the_same_call():
     """A schedule drives the step's rate; the dense pair goes to the legacy optimizer, which
     advances iterations once per call."""
     schedule = tf_keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=1, decay_rate=0.5)
-    init, gradient_steps = init_table(5), steps(6)
+    init, gradient_steps = random_table(5, ROWS, DIM, np.float64), steps(6)
     table, dense = sok.Variable(init, dtype=tf.float64), tf.Variable(np.ones([2], np.float64))
     ref_table, ref_dense = tf.Variable(init), tf.Variable(np.ones([2], np.float64))
     opt, ref_opt = legacy.Adagrad(schedule), legacy.Adagrad(schedule)
@@ -213,7 +212,7 @@ def test_wrapper_counts_its_own_steps_when_the_optimizer_is_shared(case):
     """As with SOK's wrapper: one optimizer, wrapped for a table and also used alone on a
     tf.Variable, interleaved. Each side's step-dependent terms (bias correction, legacy decay)
     see only its own steps, so both equal a run with two separate optimizers."""
-    init, gradient_steps = init_table(11), steps(12)
+    init, gradient_steps = random_table(11, ROWS, DIM, np.float64), steps(12)
     shared = make(case)
     wrapped = sok.OptimizerWrapper(shared)
     table, plain = sok.Variable(init, dtype=tf.float64), tf.Variable(init)
@@ -229,7 +228,7 @@ def test_wrapper_counts_its_own_steps_when_the_optimizer_is_shared(case):
 
 @pytest.mark.parametrize("clip", [{"clipvalue": 0.3}, {"clipnorm": 0.5}, {"global_clipnorm": 0.7}])
 def test_clipping_equals_the_legacy_optimizer(clip):
-    init, gradient_steps = init_table(7), steps(8)
+    init, gradient_steps = random_table(7, ROWS, DIM, np.float64), steps(8)
     table, dense = sok.Variable(init, dtype=tf.float64), tf.Variable(np.ones([2], np.float64))
     ref_table, ref_dense = tf.Variable(init), tf.Variable(np.ones([2], np.float64))
     opt, ref_opt = legacy.SGD(0.1, **clip), legacy.SGD(0.1, **clip)
@@ -252,7 +251,7 @@ def test_clipping_equals_the_legacy_optimizer(clip):
 def test_hash_table_equals_the_static_table(case):
     """A DynamicVariable gets the same update as a sok.Variable holding the same rows (float32:
     the two kernels run the same code, so they agree to the last bit or nearly)."""
-    init, gradient_steps = init_table(9, np.float32), steps(10, np.float32)
+    init, gradient_steps = random_table(9, ROWS, DIM, np.float32), steps(10, np.float32)
     keys = np.array([-(2**40), -7, 0, 1, 5, 9, 13, 2**33, 77, 78, 79, 80], np.int64)
     table = sok.DynamicVariable(DIM, initializer="zeros")
     table.assign(tf.constant(keys), tf.constant(init))
@@ -276,7 +275,7 @@ def test_hash_table_equals_the_static_table(case):
 
 @pytest.mark.parametrize("case", ["adam", "rmsprop_centered_momentum", "ftrl", "adadelta"])
 def test_dump_and_load_round_trip_the_slots(tmp_path, case):
-    init, gradient_steps = init_table(11, np.float32), steps(12, np.float32)
+    init, gradient_steps = random_table(11, ROWS, DIM, np.float32), steps(12, np.float32)
     keys = np.arange(ROWS, dtype=np.int64) * 1000 - 3
 
     def tables():
@@ -312,19 +311,19 @@ def test_dump_and_load_round_trip_the_slots(tmp_path, case):
     restored = sok.OptimizerWrapper(make(case))
     sok.load(tmp_path / "ckpt", list(second), restored)
     assert int(restored.iterations) == 3
-    for a, b in zip(state(opt, *first), state(restored, *second)):
+    for a, b in zip(state(opt, *first), state(restored, *second), strict=True):
         np.testing.assert_array_equal(a, b)
     # Training goes on from the same state.
     train(opt, *first, gradient_steps[3:])
     train(restored, *second, gradient_steps[3:])
-    for a, b in zip(state(opt, *first), state(restored, *second)):
+    for a, b in zip(state(opt, *first), state(restored, *second), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
 def test_dump_of_a_table_the_legacy_optimizer_applied_itself(tmp_path):
     """Outside OptimizerScope the legacy optimizer updates a table with slots of its own:
     dump saves those, and an incremental dump refuses (its changed rows are unknown)."""
-    init, gradient_steps = init_table(13), steps(14)
+    init, gradient_steps = random_table(13, ROWS, DIM, np.float64), steps(14)
     table, opt = sok.Variable(init, dtype=tf.float64), legacy.Adagrad(0.1)
     for rows, g in gradient_steps:
         opt.apply_gradients([(grad(rows, g), table)])
@@ -342,7 +341,7 @@ def test_dump_of_a_table_the_legacy_optimizer_applied_itself(tmp_path):
 
 
 def test_unsupported_legacy_optimizer_names_itself():
-    table = sok.Variable(init_table(0), dtype=tf.float64)
+    table = sok.Variable(random_table(0, ROWS, DIM, np.float64), dtype=tf.float64)
     with pytest.raises(ValueError, match="Nadam has no row-wise sok_lite kernel.*legacy"):
         sok.OptimizerWrapper(legacy.Nadam()).apply_gradients(
             [(grad([1], np.ones([1, DIM])), table)]
@@ -352,7 +351,7 @@ def test_unsupported_legacy_optimizer_names_itself():
 def test_scope_routes_legacy_optimizers_and_restores_them():
     base = legacy.Optimizer
     original = base.apply_gradients
-    table = sok.Variable(init_table(0), dtype=tf.float64)
+    table = sok.Variable(random_table(0, ROWS, DIM, np.float64), dtype=tf.float64)
     opt = legacy.SGD(1.0)
     with sok.OptimizerScope([table]):
         assert base.apply_gradients is not original
@@ -363,7 +362,7 @@ def test_scope_routes_legacy_optimizers_and_restores_them():
             [table],
         )
     assert base.apply_gradients is original
-    changed = np.any(table.numpy() != init_table(0), axis=1)
+    changed = np.any(table.numpy() != random_table(0, ROWS, DIM, np.float64), axis=1)
     assert changed.tolist() == [r == 2 for r in range(ROWS)]
 
 
@@ -406,16 +405,7 @@ LEGACY_KERAS_SCRIPT = textwrap.dedent(
 
 def test_tf_use_legacy_keras_training_step_in_a_subprocess():
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run(
-        [sys.executable, "-c", LEGACY_KERAS_SCRIPT],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-5000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_python_json(LEGACY_KERAS_SCRIPT, cwd=ROOT, env=env)
     assert result["keras"].startswith("tf_keras"), result
     assert result["optimizer"].startswith("tf_keras.src.optimizers.legacy"), result
     assert result["iterations"] == 3

@@ -7,8 +7,12 @@ import tensorflow as tf
 
 import sok_lite as sok
 from sok_lite.ops.optimizer_ops import sparse_apply
+from tests.common import random_table
 from tests.gpu import gpu_reference
 from tests.ops.optimizer.lazy_reference import LazyOptimizer
+
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
 
 ROWS, DIM, STEPS = 20, 4, 6
 
@@ -48,10 +52,6 @@ def sparse_steps(seed, all_rows=False):
         yield rows, rng.standard_normal([k, DIM]).astype(np.float32)
 
 
-def init_table(seed):
-    return np.random.default_rng(seed).standard_normal([ROWS, DIM]).astype(np.float32)
-
-
 def run_ours(make_opt, steps, init, use_function=False):
     table = sok.Variable(init)
     opt = make_opt()
@@ -86,9 +86,9 @@ def run_reference(make_opt, ref_name, steps, init):
 
 
 @pytest.mark.parametrize("case", ["sgd", "adagrad"])
-def test_equals_keras_exactly_on_sparse_steps(case, device):
+def test_equals_keras_exactly_on_sparse_steps(case):
     make, _ = CASES[case]
-    init = init_table(1)
+    init = random_table(1, ROWS, DIM)
     ours, _ = run_ours(make, sparse_steps(2), init)
     keras_var = run_keras(make, sparse_steps(2), init)
     np.testing.assert_allclose(ours.numpy(), keras_var.numpy(), rtol=1e-6, err_msg=case)
@@ -97,7 +97,7 @@ def test_equals_keras_exactly_on_sparse_steps(case, device):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_reference_equals_keras_when_every_row_is_touched(case):
     make, ref_name = CASES[case]
-    init = init_table(3)
+    init = random_table(3, ROWS, DIM)
     w, _ = run_reference(make, ref_name, sparse_steps(4, all_rows=True), init)
     keras_var = run_keras(make, sparse_steps(4, all_rows=True), init)
     np.testing.assert_allclose(w, keras_var.numpy(), rtol=2e-5, atol=1e-6, err_msg=case)
@@ -105,9 +105,9 @@ def test_reference_equals_keras_when_every_row_is_touched(case):
 
 @pytest.mark.parametrize("use_function", [False, True])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_equals_lazy_reference_on_sparse_steps(case, use_function, device):
+def test_equals_lazy_reference_on_sparse_steps(case, use_function):
     make, ref_name = CASES[case]
-    init = init_table(5)
+    init = random_table(5, ROWS, DIM)
     ours, opt = run_ours(make, sparse_steps(6), init, use_function)
     w, ref = run_reference(make, ref_name, sparse_steps(6), init)
     params = opt.get_config()
@@ -122,7 +122,7 @@ def test_equals_lazy_reference_on_sparse_steps(case, use_function, device):
 
 
 def test_untouched_rows_and_slots_do_not_change():
-    init = init_table(7)
+    init = random_table(7, ROWS, DIM)
     ours, opt = run_ours(CASES["adam"][0], [(np.array([3]), np.ones([1, DIM], np.float32))], init)
     changed = np.any(ours.numpy() != init, axis=1)
     assert changed.tolist() == [r == 3 for r in range(ROWS)]
@@ -133,7 +133,7 @@ def test_untouched_rows_and_slots_do_not_change():
 def test_learning_rate_schedule_follows_iterations():
     sched = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=1, decay_rate=0.5)
     steps = list(sparse_steps(8))
-    init = init_table(8)
+    init = random_table(8, ROWS, DIM)
     ours, _ = run_ours(lambda: keras.optimizers.SGD(sched), steps, init)
     w = init.copy()
     for i, (rows, g) in enumerate(steps):
@@ -144,7 +144,7 @@ def test_learning_rate_schedule_follows_iterations():
 @pytest.mark.parametrize("clip", [{"clipvalue": 0.3}, {"clipnorm": 0.5}, {"global_clipnorm": 0.7}])
 def test_clipping_with_a_dense_variable_in_the_same_call_equals_keras(clip):
     rng = np.random.default_rng(9)
-    init, dense_init = init_table(9), rng.standard_normal([3]).astype(np.float32)
+    init, dense_init = random_table(9, ROWS, DIM), rng.standard_normal([3]).astype(np.float32)
     table, dense = sok.Variable(init), tf.Variable(dense_init)
     ref_table, ref_dense = tf.Variable(init), tf.Variable(dense_init)
     opt, ref_opt = keras.optimizers.SGD(0.1, **clip), keras.optimizers.SGD(0.1, **clip)
@@ -160,7 +160,7 @@ def test_clipping_with_a_dense_variable_in_the_same_call_equals_keras(clip):
 
 
 def test_wrapper_and_native_optimizers_use_the_same_kernels():
-    init = init_table(11)
+    init = random_table(11, ROWS, DIM)
     steps = list(sparse_steps(12))
     via_scope, _ = run_ours(CASES["adam"][0], steps, init)
     for opt in (sok.OptimizerWrapper(keras.optimizers.Adam(0.01)), sok.optimizers.Adam(0.01)):
@@ -208,14 +208,14 @@ def test_scope_restores_keras_on_exit():
     ],
 )
 def test_mismatched_gradient_names_the_table(grad, match):
-    table = sok.Variable(init_table(0), name="users")
+    table = sok.Variable(random_table(0, ROWS, DIM), name="users")
     with pytest.raises(ValueError, match=f"gradient of 'users'.*{match}"):
         with sok.OptimizerScope([table]):
             keras.optimizers.SGD(0.1).apply_gradients([(grad, table)])
 
 
 def test_unsupported_optimizer():
-    table = sok.Variable(init_table(0))
+    table = sok.Variable(random_table(0, ROWS, DIM))
     grad = tf.IndexedSlices(tf.ones([1, DIM]), tf.constant([1], tf.int64))
     with pytest.raises(ValueError, match="Lion has no row-wise sok_lite kernel"):
         with sok.OptimizerScope([table]):
@@ -223,31 +223,14 @@ def test_unsupported_optimizer():
 
 
 def test_nan_gradients_propagate():
-    table = sok.Variable(init_table(0))
+    table = sok.Variable(random_table(0, ROWS, DIM))
     grad = tf.IndexedSlices(tf.fill([1, DIM], np.nan), tf.constant([2], tf.int64))
     with sok.OptimizerScope([table]):
         keras.optimizers.Adam(0.1).apply_gradients([(grad, table)])
     assert np.isnan(table.numpy()[2]).all() and not np.isnan(table.numpy()[3]).any()
 
 
-# (kind, parameters after lr and weight decay, slots): every kernel kind and option.
-KERNEL_CASES = [
-    ("sgd", [], 0),
-    ("momentum", [0.9], 1),
-    ("nesterov", [0.9], 1),
-    ("adam", [0.9, 0.999, 1e-7, 3], 2),
-    ("amsgrad", [0.9, 0.999, 1e-7, 5], 3),
-    ("adagrad", [1e-7, 0], 1),
-    ("adagrad", [1e-3, 1], 1),
-    ("rmsprop", [0.9, 0.5, 1e-7, 1, 0], 3),
-    ("rmsprop", [0.9, 0.0, 1e-3, 1, 1], 2),
-    ("ftrl", [-0.5, 0.01, 0.02, 0.1, 0.05], 2),
-    ("adamax", [0.9, 0.999, 1e-7, 3], 2),
-    ("adadelta", [0.95, 1e-7], 2),
-]
-
-
-@pytest.mark.parametrize("kind,params,num_slots", KERNEL_CASES)
+@pytest.mark.parametrize("kind,params,num_slots", gpu_reference.OPTIMIZER_CASES)
 def test_gpu_harness_reference_mirrors_the_cpu_kernel(kind, params, num_slots):
     """tests/gpu/gpu_reference.py (what the CUDA kernels are checked against on a GPU) follows
     the CPU kernel term by term: equal to the bit, but for FTRL's pow (an ulp)."""
@@ -265,5 +248,5 @@ def test_gpu_harness_reference_mirrors_the_cpu_kernel(kind, params, num_slots):
         gpu_reference.apply_rows(kind, 0.05, 0.01, params, rows, g, var, slots)
     tol = {"rtol": 1e-6, "atol": 1e-7} if kind == "ftrl" else {"rtol": 0, "atol": 0}
     np.testing.assert_allclose(table.numpy(), var, **tol)
-    for got, expected in zip(slot_vars, slots):
+    for got, expected in zip(slot_vars, slots, strict=True):
         np.testing.assert_allclose(got.numpy(), expected, **tol)

@@ -5,8 +5,12 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
+from tests.common import random_table
 from tests.ops.optimizer.lazy_reference import LazyOptimizer
-from tests.ops.optimizer.test_optimizers import DIM, ROWS, STEPS, init_table, sparse_steps
+from tests.ops.optimizer.test_optimizers import DIM, ROWS, STEPS, sparse_steps
+
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
 
 tf_keras = pytest.importorskip("tf_keras")
 
@@ -25,7 +29,7 @@ def run(opt, var, steps, scoped):
     "make", [lambda: tf_keras.optimizers.SGD(0.1), lambda: tf_keras.optimizers.Adagrad(0.1)]
 )
 def test_sgd_and_adagrad_equal_tf_keras(make):
-    init = init_table(21)
+    init = random_table(21, ROWS, DIM)
     ours, ref = sok.Variable(init), tf.Variable(init)
     opt = make()
     run(opt, ours, sparse_steps(22), scoped=True)
@@ -35,7 +39,7 @@ def test_sgd_and_adagrad_equal_tf_keras(make):
 
 
 def test_adam_equals_lazy_reference():
-    init = init_table(23)
+    init = random_table(23, ROWS, DIM)
     ours = sok.Variable(init)
     opt = tf_keras.optimizers.Adam(0.01)
     run(opt, ours, sparse_steps(24), scoped=True)

@@ -11,6 +11,10 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
+from tests.common import random_table
+
+# Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
+pytestmark = pytest.mark.usefixtures("device")
 
 tf_keras = pytest.importorskip("tf_keras")
 
@@ -53,10 +57,6 @@ def steps(seed):
     return [rng.standard_normal([len(TOUCHED), DIM]) for _ in range(STEPS)]
 
 
-def init_table(seed):
-    return np.random.default_rng(seed).standard_normal([ROWS, DIM])
-
-
 def grad(values, dense_shape=None, dtype=tf.float64):
     indices = tf.constant(TOUCHED, tf.int64)
     return tf.IndexedSlices(tf.cast(values, dtype), indices, dense_shape)
@@ -87,7 +87,7 @@ def train_ours(opt, table, grads, how):
 @pytest.mark.parametrize("how", ["scope", "wrapper"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_static_table_equals_tf_keras_on_touched_rows(case, how):
-    make, init, grads = CASES[case], init_table(1), steps(2)
+    make, init, grads = CASES[case], random_table(1, ROWS, DIM, np.float64), steps(2)
     table, opt = sok.Variable(init, dtype=tf.float64), make()
     stepper = train_ours(opt, table, grads, how)
     ours, ref = table.numpy(), reference(make, init, grads)
@@ -114,7 +114,7 @@ def test_dynamic_table_equals_tf_keras_on_touched_rows(case, how):
 
 @pytest.mark.parametrize("case", ["sgd_momentum", "adamax", "rmsprop_momentum_centered"])
 def test_in_tf_function(case):
-    make, init, grads = CASES[case], init_table(4), steps(5)
+    make, init, grads = CASES[case], random_table(4, ROWS, DIM, np.float64), steps(5)
     table, opt = sok.Variable(init, dtype=tf.float64), make()
     wrapper = sok.OptimizerWrapper(opt)
 
@@ -130,7 +130,7 @@ def test_in_tf_function(case):
 
 
 def test_slots_have_tf_keras_names_and_initial_values():
-    table = sok.Variable(init_table(6), dtype=tf.float64)
+    table = sok.Variable(random_table(6, ROWS, DIM, np.float64), dtype=tf.float64)
     opt = tf_keras.optimizers.Ftrl(0.1, initial_accumulator_value=0.25)
     values = np.zeros([len(TOUCHED), DIM])
     sok.OptimizerWrapper(opt).apply_gradients([(grad(values, [ROWS, DIM]), table)])
@@ -140,7 +140,7 @@ def test_slots_have_tf_keras_names_and_initial_values():
 
 
 def test_unsupported_tf_keras_optimizer_names_the_supported_ones():
-    table = sok.Variable(init_table(7), dtype=tf.float64)
+    table = sok.Variable(random_table(7, ROWS, DIM, np.float64), dtype=tf.float64)
     values = np.zeros([len(TOUCHED), DIM])
     wrapper = sok.OptimizerWrapper(tf_keras.optimizers.Nadam(0.1))
     with pytest.raises(ValueError, match=r"tf_keras\.optimizers .*Adamax.*Adadelta"):

@@ -1,0 +1,33 @@
+"""Small functions that test files across tests/ share: ragged id batches, seeded tables, a
+table's rows by key, and a seeded dense head for Keras models."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+
+def ragged(rows, dtype=tf.int64) -> tf.RaggedTensor:
+    """A [batch, (n)] RaggedTensor of `rows`, a list of lists (empty ones too, or no rows)."""
+    if len(rows) == 0:  # tf.ragged.constant cannot tell the rank of []
+        return tf.RaggedTensor.from_row_splits(tf.zeros([0], dtype), tf.zeros([1], tf.int64))
+    return tf.ragged.constant(rows, dtype=dtype, ragged_rank=1, inner_shape=())
+
+
+def random_table(seed: int, rows: int, dim: int, dtype=np.float32) -> np.ndarray:
+    """[rows, dim] standard normal values, the same for the same seed."""
+    return np.random.default_rng(seed).standard_normal([rows, dim]).astype(dtype)
+
+
+def rows_by_key(table, with_slots: bool = False) -> dict:
+    """{key: row} of what a hash table (one shard of it) stores; rows with their optimizer slots
+    appended when with_slots."""
+    keys, rows = table.export(with_slots=with_slots)
+    return dict(zip(keys.numpy().tolist(), rows.numpy()))
+
+
+def seeded_head(features):
+    """Logits of Dense(8, tanh) then Dense(1) over `features`, with seeded initializers: two
+    models built alike start alike without copying weights."""
+    hidden = keras.layers.Dense(8, "tanh", kernel_initializer=keras.initializers.GlorotUniform(1))
+    logits = keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(2))
+    return logits(hidden(features))
