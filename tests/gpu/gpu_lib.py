@@ -29,67 +29,33 @@ OPTIMIZERS = {
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
+# (kind, learning_rate, weight_decay, params, num_params, dim, rows, grads, n, var, slots,
+# num_slots): the arguments every optimizer launcher starts with.
+_APPLY_ARGS = [
+    ctypes.c_int,
+    ctypes.c_double,
+    ctypes.c_double,
+    ctypes.POINTER(ctypes.c_double),
+    ctypes.c_int,
+    _I64,
+    _P,
+    _P,
+    _I64,
+    _P,
+    ctypes.POINTER(_P),
+    ctypes.c_int,
+]
+# The 16-bit launchers add (format, seed, step, row_stride, row_offset); both take the same.
+_APPLY_HALF_ROWS = [*_APPLY_ARGS, ctypes.c_int, ctypes.c_uint64, _I64, _I64, _I64, _P]
 _SIGNATURES = {
     "sok_lite_cuda_sample_scales": [_P, _P, _I64, ctypes.c_int, _P, _P],
     "sok_lite_cuda_combine_forward": [_P, _I64, _P, _P, _P, _P, _I64, _P, _P],
     "sok_lite_cuda_combine_backward": [_P, _I64, _P, _P, _I64, _P, _P, _I64, _P, _P],
     "sok_lite_cuda_gather_rows": [_P, _I64, _P, _I64, _P, _P],
     "sok_lite_cuda_gather_half_rows": [_P, ctypes.c_int, _I64, _P, _I64, _P, _P],
-    "sok_lite_cuda_apply_half_rows": [
-        ctypes.c_int,
-        ctypes.c_double,
-        ctypes.c_double,
-        ctypes.POINTER(ctypes.c_double),
-        ctypes.c_int,
-        _I64,
-        _P,
-        _P,
-        _I64,
-        _P,
-        ctypes.POINTER(_P),
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_uint64,
-        _I64,
-        _I64,
-        _I64,
-        _P,
-    ],
-    "sok_lite_cuda_apply_half_rows_bf16_slots": [
-        ctypes.c_int,
-        ctypes.c_double,
-        ctypes.c_double,
-        ctypes.POINTER(ctypes.c_double),
-        ctypes.c_int,
-        _I64,
-        _P,
-        _P,
-        _I64,
-        _P,
-        ctypes.POINTER(_P),
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_uint64,
-        _I64,
-        _I64,
-        _I64,
-        _P,
-    ],
-    "sok_lite_cuda_apply_rows": [
-        ctypes.c_int,
-        ctypes.c_double,
-        ctypes.c_double,
-        ctypes.POINTER(ctypes.c_double),
-        ctypes.c_int,
-        _I64,
-        _P,
-        _P,
-        _I64,
-        _P,
-        ctypes.POINTER(_P),
-        ctypes.c_int,
-        _P,
-    ],
+    "sok_lite_cuda_apply_half_rows": _APPLY_HALF_ROWS,
+    "sok_lite_cuda_apply_half_rows_bf16_slots": _APPLY_HALF_ROWS,
+    "sok_lite_cuda_apply_rows": [*_APPLY_ARGS, _P],
 }
 
 
@@ -180,6 +146,21 @@ _SIGNATURES.update(
 INIT_KINDS = {"random_normal": 0, "truncated_normal": 1, "random_uniform": 2, "constant": 3}
 
 
+def cupy_or_skip():
+    """CuPy, where it imports and sees a CUDA device; otherwise skips the test module calling
+    this at import."""
+    import pytest
+
+    cupy = pytest.importorskip("cupy")
+    try:
+        devices = cupy.cuda.runtime.getDeviceCount()
+    except cupy.cuda.runtime.CUDARuntimeError:
+        devices = 0
+    if devices == 0:
+        pytest.skip("no CUDA device", allow_module_level=True)
+    return cupy
+
+
 def lib_path() -> Path:
     return Path(os.environ.get("SOK_LITE_CUDA_LIB", DEFAULT_LIB))
 
@@ -207,6 +188,27 @@ def _stream():
     import cupy
 
     return cupy.cuda.get_current_stream().ptr
+
+
+def _apply_args(kind_id, lr, weight_decay, params, rows, grads, var, slots) -> tuple:
+    """The arguments every optimizer launcher starts with (_APPLY_ARGS); the tuple keeps the
+    ctypes arrays alive for the call."""
+    c_params = (ctypes.c_double * max(len(params), 1))(*params)
+    c_slots = (_P * max(len(slots), 1))(*[_ptr(s) for s in slots])
+    return (
+        kind_id,
+        lr,
+        weight_decay,
+        c_params,
+        len(params),
+        var.shape[1],
+        _ptr(rows),
+        _ptr(grads),
+        rows.size,
+        _ptr(var),
+        c_slots,
+        len(slots),
+    )
 
 
 def _check(name, rc):
@@ -265,24 +267,9 @@ class Kernels:
 
     def apply_rows_rc(self, kind, lr, weight_decay, params, rows, grads, var, slots) -> int:
         """Returns the raw error code (for the argument-checking tests)."""
-        c_params = (ctypes.c_double * max(len(params), 1))(*params)
-        c_slots = (_P * max(len(slots), 1))(*[_ptr(s) for s in slots])
         kind_id = OPTIMIZERS.get(kind, kind) if isinstance(kind, str) else kind
-        return self.lib.sok_lite_cuda_apply_rows(
-            kind_id,
-            lr,
-            weight_decay,
-            c_params,
-            len(params),
-            var.shape[1],
-            _ptr(rows),
-            _ptr(grads),
-            rows.size,
-            _ptr(var),
-            c_slots,
-            len(slots),
-            _stream(),
-        )
+        args = _apply_args(kind_id, lr, weight_decay, params, rows, grads, var, slots)
+        return self.lib.sok_lite_cuda_apply_rows(*args, _stream())
 
     def apply_rows(self, kind, lr, weight_decay, params, rows, grads, var, slots):
         rc = self.apply_rows_rc(kind, lr, weight_decay, params, rows, grads, var, slots)
@@ -301,30 +288,13 @@ class Kernels:
     ):
         """rounding: (seed, step, row_stride, row_offset); bf16_slots: slots hold bfloat16
         bit patterns (uint16) instead of float32."""
-        c_params = (ctypes.c_double * max(len(params), 1))(*params)
-        c_slots = (_P * max(len(slots), 1))(*[_ptr(s) for s in slots])
         launcher = (
             self.lib.sok_lite_cuda_apply_half_rows_bf16_slots
             if bf16_slots
             else self.lib.sok_lite_cuda_apply_half_rows
         )
-        rc = launcher(
-            OPTIMIZERS[kind],
-            lr,
-            0.0,
-            c_params,
-            len(params),
-            var.shape[1],
-            _ptr(rows),
-            _ptr(grads),
-            rows.size,
-            _ptr(var),
-            c_slots,
-            len(slots),
-            fmt,
-            *rounding,
-            _stream(),
-        )
+        args = _apply_args(OPTIMIZERS[kind], lr, 0.0, params, rows, grads, var, slots)
+        rc = launcher(*args, fmt, *rounding, _stream())
         _check(f"apply_half_rows({kind})", rc)
 
     # --- ids -----------------------------------------------------------------------------------

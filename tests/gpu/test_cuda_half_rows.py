@@ -8,20 +8,12 @@ Needs CuPy and a CUDA device (skipped otherwise), as test_cuda_kernels.py.
 import importlib.util
 import subprocess
 
+import gpu_lib
+import gpu_reference as ref
 import numpy as np
 import pytest
 
-cp = pytest.importorskip("cupy")
-
-try:
-    _DEVICES = cp.cuda.runtime.getDeviceCount()
-except cp.cuda.runtime.CUDARuntimeError:
-    _DEVICES = 0
-if _DEVICES == 0:
-    pytest.skip("no CUDA device", allow_module_level=True)
-
-import gpu_lib  # noqa: E402
-import gpu_reference as ref  # noqa: E402
+cp = gpu_lib.cupy_or_skip()
 
 BF16, FP16 = 0, 1
 

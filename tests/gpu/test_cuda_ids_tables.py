@@ -8,20 +8,12 @@ by element; int64 extremes are ordinary keys.
 
 import subprocess
 
+import gpu_lib
+import gpu_reference as ref
 import numpy as np
 import pytest
 
-cp = pytest.importorskip("cupy")
-
-try:
-    _DEVICES = cp.cuda.runtime.getDeviceCount()
-except cp.cuda.runtime.CUDARuntimeError:
-    _DEVICES = 0
-if _DEVICES == 0:
-    pytest.skip("no CUDA device", allow_module_level=True)
-
-import gpu_lib  # noqa: E402
-import gpu_reference as ref  # noqa: E402
+cp = gpu_lib.cupy_or_skip()
 
 F32 = np.float32
 I64_MIN, I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max

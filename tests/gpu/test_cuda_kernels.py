@@ -7,20 +7,12 @@ element the kernel forgets to write fails the comparison.
 
 import subprocess
 
+import gpu_lib
+import gpu_reference as ref
 import numpy as np
 import pytest
 
-cp = pytest.importorskip("cupy")
-
-try:
-    _DEVICES = cp.cuda.runtime.getDeviceCount()
-except cp.cuda.runtime.CUDARuntimeError:
-    _DEVICES = 0
-if _DEVICES == 0:
-    pytest.skip("no CUDA device", allow_module_level=True)
-
-import gpu_lib  # noqa: E402
-import gpu_reference as ref  # noqa: E402
+cp = gpu_lib.cupy_or_skip()
 
 F32 = np.float32
 FORWARD_TOL = {"rtol": 1e-6, "atol": 1e-6}
@@ -136,28 +128,6 @@ def test_gather_rows(kernels, dim, aligned):
     np.testing.assert_array_equal(out.get(), table[indices])
 
 
-# (kind, params, number of slots); params as documented on sok_lite::OptimizerKind.
-OPTIMIZER_CASES = [
-    ("sgd", [], 0),
-    ("momentum", [0.9], 1),
-    ("nesterov", [0.9], 1),
-    ("adam", [0.9, 0.999, 1e-7, 3], 2),
-    ("amsgrad", [0.9, 0.999, 1e-7, 5], 3),
-    ("adagrad", [1e-7, 0], 1),
-    ("adagrad", [1e-3, 1], 1),
-    ("rmsprop", [0.9, 0.0, 1e-7, 0, 0], 1),
-    ("rmsprop", [0.9, 0.5, 1e-7, 0, 0], 2),
-    ("rmsprop", [0.9, 0.0, 1e-7, 1, 0], 2),
-    ("rmsprop", [0.9, 0.5, 1e-7, 1, 0], 3),
-    ("rmsprop", [0.9, 0.0, 1e-3, 0, 1], 1),
-    ("rmsprop", [0.9, 0.0, 1e-3, 1, 1], 2),
-    ("ftrl", [-0.5, 0.01, 0.02, 0.1, 0.0], 2),
-    ("ftrl", [-0.5, 0.0, 0.0, 0.0, 0.05], 2),
-    ("adamax", [0.9, 0.999, 1e-7, 3], 2),
-    ("adadelta", [0.95, 1e-7], 2),
-]
-
-
 def initial_slots(rng, kind, shape, count):
     """Values the optimizer can start from (accumulators positive, centered rms well posed)."""
     slots = [rng.uniform(-0.1, 0.1, size=shape).astype(F32) for _ in range(count)]
@@ -172,7 +142,7 @@ def initial_slots(rng, kind, shape, count):
     return slots
 
 
-@pytest.mark.parametrize("kind,params,num_slots", OPTIMIZER_CASES)
+@pytest.mark.parametrize("kind,params,num_slots", ref.OPTIMIZER_CASES)
 @pytest.mark.parametrize("dim", [3, 8, 128])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.01])
 def test_apply_rows(kernels, kind, params, num_slots, dim, weight_decay):
