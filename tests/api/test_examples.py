@@ -1,6 +1,5 @@
 """The examples run end to end (in reduced size) and reach what they promise."""
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.distributed.launcher import REPO, horovodrun, run_ranks
+from tests.module_from_file import module_from_file
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
@@ -61,7 +61,7 @@ def test_sok_classic_demo_loss_decreases():
 
 
 def test_sok_classic_demo_on_two_ranks_loss_decreases(tmp_path):
-    reports = run_ranks("sok_demo_worker.py", 2, tmp_path, *DEMO_ARGS)
+    reports = run_ranks("sok_demo_worker.py", 2, tmp_path, *DEMO_ARGS, checks=80)  # a step each
     # The printed loss is the global one (summed over ranks): the same on both.
     assert reports[0]["losses"] == reports[1]["losses"]
     assert_loss_decreases(reports[0]["losses"])
@@ -69,11 +69,7 @@ def test_sok_classic_demo_on_two_ranks_loss_decreases(tmp_path):
 
 def load_example_module(example, name):
     """examples/<example>/<name>.py as a module, without putting its directory on sys.path."""
-    path = EXAMPLES / example / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"{example}_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from_file(EXAMPLES / example / f"{name}.py", f"{example}_{name}")
 
 
 def load_dlrm_module(name):
@@ -147,8 +143,9 @@ def test_dlrm_on_two_ranks_takes_the_same_steps_as_on_one(tmp_path):
     args = [*DLRM_ARGS, "--epochs", "1", "--steps-per-epoch", "10", "--global-batch", "512"]
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
-    one = run_ranks("dlrm_worker.py", 1, tmp_path / "one", *args)
-    two = run_ranks("dlrm_worker.py", 2, tmp_path / "two", *args)
+    # One check per training step.
+    one = run_ranks("example_worker.py", 1, tmp_path / "one", "dlrm", *args, checks=10)
+    two = run_ranks("example_worker.py", 2, tmp_path / "two", "dlrm", *args, checks=10)
     assert [r["num_ranks"] for r in one + two] == [1, 2, 2]
     # Global losses of the same global batches: equal up to float32 summation order. Only 10
     # steps: Adam through the MLPs lets round-off differences grow with every step, so a long
@@ -251,8 +248,10 @@ WIDE_DEEP_FIRST_STEPS += ["--eval-samples", "4096"]
 def test_wide_deep_first_steps_on_two_ranks_equal_one_process(tmp_path):
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
-    one = run_ranks("wide_deep_worker.py", 1, tmp_path / "one", *WIDE_DEEP_FIRST_STEPS)
-    two = run_ranks("wide_deep_worker.py", 2, tmp_path / "two", *WIDE_DEEP_FIRST_STEPS)
+    args = ["wide_deep", *WIDE_DEEP_FIRST_STEPS]
+    # One check per epoch.
+    one = run_ranks("example_worker.py", 1, tmp_path / "one", *args, checks=6)
+    two = run_ranks("example_worker.py", 2, tmp_path / "two", *args, checks=6)
     assert [r["num_ranks"] for r in one + two] == [1, 2, 2]
 
     def column(report, key):

@@ -50,19 +50,30 @@ def launch(
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def run_ranks(worker: str, np: int, out_dir: pathlib.Path, *args: str, timeout: int = 300):
-    """Runs the worker on `np` ranks, asserts that every rank exited 0 and reported its checks.
-
-    Each rank writes out_dir/rank<r>.json ({"checks": count, ...}); returns those reports.
-    """
+def run_ranks(
+    worker: str, np: int, out_dir: pathlib.Path, *args: str, checks, timeout: int = 300
+) -> list[dict]:
+    """Runs the worker on `np` ranks; asserts that every rank exited 0 and ran exactly `checks`
+    checks (an int for every rank, or a list of one per rank), so that a rank that skips some
+    fails. Returns the ranks' reports (read_reports)."""
     code, output = launch(worker, np, out_dir, *args, timeout=timeout)
     assert code == 0, f"horovodrun -np {np} {worker} exited {code}:\n{output[-6000:]}"
+    return read_reports(worker, np, out_dir, checks, output)
+
+
+def read_reports(worker: str, ranks: int, out_dir: pathlib.Path, checks, output="") -> list[dict]:
+    """The reports out_dir/rank<r>.json ({"checks": count, ...}) of the worker's ranks; asserts
+    that rank r counted checks[r] checks (`checks` if an int). output: the job's output, shown
+    when a report is missing."""
+    expected = [checks] * ranks if isinstance(checks, int) else list(checks)
+    assert len(expected) == ranks, f"{len(expected)} check counts for {ranks} ranks"
     reports = []
-    for r in range(np):
+    for r, want in enumerate(expected):
         path = out_dir / f"rank{r}.json"
-        assert path.exists(), f"rank {r} wrote no report:\n{output[-3000:]}"
+        assert path.exists(), f"{worker} rank {r} wrote no report:\n{output[-3000:]}"
         report = json.loads(path.read_text())
-        assert report["checks"] > 0, f"rank {r} checked nothing"
+        got = report["checks"]
+        assert got == want, f"{worker} rank {r} ran {got} checks, expected {want}"
         reports.append(report)
     return reports
 

@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 from tests.distributed.launcher import REPO, WORKERS
 
 
@@ -59,3 +61,16 @@ def run_workers(worker: str, num_workers: int, *args: str, timeout: int = 240) -
     for index, (p, out) in enumerate(zip(procs, outputs)):
         assert p.returncode == 0, f"{worker} process {index} exited {p.returncode}:\n{out[-5000:]}"
     return outputs
+
+
+def one_process_output(worker: str):
+    """A module-scoped fixture: the folder that workers/<worker> "single" wrote, run as one
+    process without a strategy (the reference of the strategy runs)."""
+
+    @pytest.fixture(scope="module")
+    def fixture(tmp_path_factory):
+        out = tmp_path_factory.mktemp("single")
+        run_workers(worker, 0, str(out), "single")
+        return out
+
+    return fixture

@@ -21,13 +21,17 @@ def merged(out_dir, np_):
     return result
 
 
-@pytest.mark.parametrize("steps", [1, 50])
-def test_dynamic_table_on_two_ranks_equals_one(tmp_path, steps):
+# Each rank checks every key it stores: (steps, keys on 1 rank, keys on each of 2 ranks).
+KEYS_AFTER = [(1, 7, [1, 6]), (50, 8, [2, 6])]
+
+
+@pytest.mark.parametrize("steps,keys,keys_per_rank", KEYS_AFTER, ids=["1", "50"])
+def test_dynamic_table_on_two_ranks_equals_one(tmp_path, steps, keys, keys_per_rank):
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir()
     two.mkdir()
-    run_ranks("dynamic_worker.py", 1, one, str(steps))
-    run_ranks("dynamic_worker.py", 2, two, str(steps))
+    run_ranks("dynamic_worker.py", 1, one, str(steps), checks=keys)
+    run_ranks("dynamic_worker.py", 2, two, str(steps), checks=keys_per_rank)
     a, b = merged(one, 1), merged(two, 2)
     assert sorted(a) == sorted(b) and len(a) >= 6
     for key in a:
@@ -41,8 +45,8 @@ def test_bfloat16_dynamic_table_on_two_ranks_equals_one_bit_for_bit(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir()
     two.mkdir()
-    run_ranks("dynamic_worker.py", 1, one, "20", "bfloat16")
-    run_ranks("dynamic_worker.py", 2, two, "20", "bfloat16")
+    run_ranks("dynamic_worker.py", 1, one, "20", "bfloat16", checks=8)
+    run_ranks("dynamic_worker.py", 2, two, "20", "bfloat16", checks=[2, 6])
     a, b = merged(one, 1), merged(two, 2)
     assert sorted(a) == sorted(b) and len(a) >= 6
     for key in a:

@@ -6,6 +6,8 @@ import pytest
 
 from tests.distributed.launcher import run_ranks
 
+SLOTS = 4  # each rank checks every Adam slot (m and v) of its 2 tables
+
 
 def global_arrays(out_dir, np_):
     """Reassembles each array from the ranks' shards (users: distributed; items: on the last)."""
@@ -28,8 +30,8 @@ def test_adam_run_on_two_ranks_equals_one_rank(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir()
     two.mkdir()
-    run_ranks("optimizer_worker.py", 1, one)
-    run_ranks("optimizer_worker.py", 2, two)
+    run_ranks("optimizer_worker.py", 1, one, checks=SLOTS)
+    run_ranks("optimizer_worker.py", 2, two, checks=SLOTS)
     a, b = global_arrays(one, 1), global_arrays(two, 2)
     assert sorted(a) == sorted(b) and {"table0_m", "table0_v", "table1_m"} <= set(a)
     for key in a:
@@ -44,8 +46,8 @@ def test_bfloat16_tables_on_two_ranks_equal_one_rank_bit_for_bit(slot_dtype, tmp
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir()
     two.mkdir()
-    run_ranks("optimizer_worker.py", 1, one, "bfloat16", slot_dtype)
-    run_ranks("optimizer_worker.py", 2, two, "bfloat16", slot_dtype)
+    run_ranks("optimizer_worker.py", 1, one, "bfloat16", slot_dtype, checks=SLOTS)
+    run_ranks("optimizer_worker.py", 2, two, "bfloat16", slot_dtype, checks=SLOTS)
     a, b = global_arrays(one, 1), global_arrays(two, 2)
     assert sorted(a) == sorted(b) and {"table0_m", "table0_v", "table1_m"} <= set(a)
     for key in a:

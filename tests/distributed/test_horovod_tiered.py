@@ -6,21 +6,24 @@ import numpy as np
 from tests.distributed.launcher import run_ranks
 from tests.distributed.test_horovod_dynamic import merged
 
+# Each rank checks every key it stores: the keys the training run creates, split by owner.
+KEYS, KEYS_PER_RANK = 1558, [795, 763]
+
 
 def test_tiered_two_ranks_equal_ram_one_rank_and_reload(tmp_path):
     one, two, back = tmp_path / "one", tmp_path / "two", tmp_path / "back"
     for d in (one, two, back):
         d.mkdir()
     ckpt = str(tmp_path / "ckpt")
-    run_ranks("tiered_worker.py", 1, one, "train", "ram", "")
-    reports = run_ranks("tiered_worker.py", 2, two, "train", "disk", ckpt)
+    run_ranks("tiered_worker.py", 1, one, "train", "ram", "", checks=KEYS)
+    reports = run_ranks("tiered_worker.py", 2, two, "train", "disk", ckpt, checks=KEYS_PER_RANK)
     assert all(r["rows_disk"] > 0 for r in reports), reports
     a, b = merged(one, 1), merged(two, 2)
     assert sorted(a) == sorted(b) and len(a) > 1000
     for key in a:
         # Summation order of gradients differs between 1 and 2 ranks: float32 round-off.
         np.testing.assert_allclose(b[key], a[key], rtol=1e-5, atol=1e-6, err_msg=f"key {key}")
-    run_ranks("tiered_worker.py", 1, back, "load", "disk", ckpt)
+    run_ranks("tiered_worker.py", 1, back, "load", "disk", ckpt, checks=KEYS)
     c = merged(back, 1)
     assert sorted(c) == sorted(b)
     for key in b:

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 import sok_lite as sok
+from tests.common import seeded_head
 
 STEPS, GLOBAL_BATCH, DIM, SLOTS, PAD = 3, 16, 4, 3, -1
 ITEMS = 23
@@ -37,8 +38,7 @@ def build_model() -> keras.Model:
     inputs = {f.name: keras.Input(shape=(SLOTS,), dtype="int64", name=f.name) for f in features()}
     out = sok.keras.EmbeddingCollection(features(), name="features")(inputs)
     h = keras.layers.Concatenate()([out[f.name] for f in features()])
-    h = keras.layers.Dense(8, "tanh", kernel_initializer=keras.initializers.GlorotUniform(1))(h)
-    logits = keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(2))(h)
+    logits = seeded_head(h)
     return keras.Model(inputs, logits)
 
 

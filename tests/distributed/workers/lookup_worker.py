@@ -13,9 +13,10 @@ import tensorflow as tf
 
 import sok_lite as sok
 from sok_lite.tables.initializers import RowInitializer
-from tests.distributed.workers.lookup_worker_cases import multi_table_case
+from tests.common import ragged
+from tests.distributed.workers.lookup_worker_cases import multi_table_reference
 from tests.distributed.workers.report import Report
-from tests.ops.lookup.lookup_cases import ragged, tf_reference
+from tests.ops.lookup.lookup_cases import lookup_and_gradients
 
 hvd.init()
 sok.init("horovod")
@@ -66,23 +67,14 @@ def check_design_example():
 
 
 def check_against_tf(seed: int, batch: int, use_function: bool):
-    case, modes, specs = multi_table_case(seed, batch, N)
-    rng = np.random.default_rng(seed + 1)
-    upstream = [rng.standard_normal([batch, t.shape[1]]).astype(np.float32) for t in case.tables]
-    ref_out, ref_grad = tf_reference(case, upstream)
+    case, modes, specs, upstream, ref_out, ref_grad = multi_table_reference(seed, batch, N)
     variables = [sok.Variable(t, dtype=tf.float32, mode=m) for t, m in zip(case.tables, modes)]
     s = share(batch)
     sp_ids = [ragged(ids[s], spec[4]) for ids, spec in zip(case.ids, specs)]
     sp_w = [None if w is None else ragged(w[s], tf.float32) for w in case.weights]
     up = [u[s] for u in upstream]
 
-    def step():
-        with tf.GradientTape() as tape:
-            outs = sok.lookup_sparse(variables, sp_ids, sp_w, combiners=case.combiners)
-            loss = tf.add_n([tf.reduce_sum(o * u) for o, u in zip(outs, up)])
-        return outs, tape.gradient(loss, variables)
-
-    outs, grads = tf.function(step)() if use_function else step()
+    outs, grads = lookup_and_gradients(variables, sp_ids, sp_w, case.combiners, up, use_function)
     for t, var in enumerate(variables):
         msg = f"rank {RANK}/{N}, seed {seed}, batch {batch}, table {t} ({modes[t]})"
         np.testing.assert_allclose(

@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from tests.ops.lookup.lookup_cases import Case
+from tests.ops.lookup.lookup_cases import Case, tf_reference
 
 
 def multi_table_case(seed: int, batch: int, N: int) -> tuple[Case, list, list]:
@@ -28,3 +28,14 @@ def multi_table_case(seed: int, batch: int, N: int) -> tuple[Case, list, list]:
         combiners.append(combiner)
         modes.append(mode)
     return Case(tables, ids, weights, combiners, tf.int64, tf.float32), modes, specs
+
+
+def multi_table_reference(seed: int, batch: int, N: int):
+    """multi_table_case(seed, batch, N), random upstream gradients of its outputs, and TF's
+    outputs and dense table gradients for them: (case, modes, specs, upstream, ref_out,
+    ref_grad)."""
+    case, modes, specs = multi_table_case(seed, batch, N)
+    rng = np.random.default_rng(seed + 1)
+    upstream = [rng.standard_normal([batch, t.shape[1]]).astype(np.float32) for t in case.tables]
+    ref_out, ref_grad = tf_reference(case, upstream)
+    return case, modes, specs, upstream, ref_out, ref_grad

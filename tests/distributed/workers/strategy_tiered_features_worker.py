@@ -37,7 +37,7 @@ def arrays(model) -> dict:
 with strategy.scope():
     sok.init()  # "auto": the strategy in scope
     disk = sok.storage.Disk(out_dir / "tier", ram_budget=setup.BUDGET)
-    models = {"tiered": setup.make_model(disk), "ram": setup.make_model()}
+    models = {"tiered": setup.user_and_item_model(disk), "ram": setup.user_and_item_model()}
 for name, model in models.items():
     setup.fit(model, setup.dataset())
     np.savez(out_dir / f"{name}.npz", **arrays(model))

@@ -9,9 +9,8 @@ import numpy as np
 import tensorflow as tf
 
 import sok_lite as sok
-from tests.distributed.workers.lookup_worker_cases import multi_table_case
+from tests.distributed.workers.lookup_worker_cases import multi_table_reference
 from tests.distributed.workers.report import Report
-from tests.ops.lookup.lookup_cases import tf_reference
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 with strategy.scope():
@@ -32,10 +31,7 @@ def local_part(rows, var):
 
 
 def check(seed, batch):
-    case, modes, specs = multi_table_case(seed, batch, N)
-    rng = np.random.default_rng(seed + 1)
-    upstream = [rng.standard_normal([batch, t.shape[1]]).astype(np.float32) for t in case.tables]
-    ref_out, ref_grad = tf_reference(case, upstream)
+    case, modes, _, upstream, ref_out, ref_grad = multi_table_reference(seed, batch, N)
     tables = [sok.Variable(t, dtype=tf.float32, mode=m) for t, m in zip(case.tables, modes)]
     s = share(batch)
 
