@@ -42,11 +42,10 @@ def register_multi_rank_read(read) -> None:
 
 class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
     """An embedding table keyed by arbitrary int64 (or int32) ids, grown as keys appear: the
-    storage of sok_lite.DynamicVariable, whose docstring says what it does.
+    storage behind sok_lite.DynamicVariable, whose docstring documents what it does.
 
-    This class takes sok_lite's own arguments only (keyword arguments after the first two);
-    sok_lite.DynamicVariable adds SOK's (var_type, key_type, init_capacity, max_capacity, ...)
-    and SOK's names (sok_lite.compat.sok2_dynamic).
+    It takes sok_lite's own arguments only, all but the first two as keywords; SOK's
+    constructor and names are added above it (sok_lite.compat.sok2_dynamic).
 
     Args:
       dimension, initializer, name, trainable, dtype, mode, key_dtype, capacity,
