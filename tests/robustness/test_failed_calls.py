@@ -33,9 +33,14 @@ def public_stateful_candidates() -> set:
     """sok_lite's public names, and the public methods sok_lite defines on its tables."""
     names = set(sok.__all__)
     for cls in (sok.Variable, sok.DynamicVariable):
-        for name, member in vars(cls).items():
-            if not name.startswith("_") and inspect.isfunction(member):
-                names.add(f"{cls.__name__}.{name}")
+        # The public class is assembled from mixins (sok.DynamicVariable's own body is empty):
+        # every sok_lite class it inherits from counts, TensorFlow's and Keras' bases do not.
+        for base in cls.__mro__:
+            if not base.__module__.startswith("sok_lite"):
+                continue
+            for name, member in vars(base).items():
+                if not name.startswith("_") and inspect.isfunction(member):
+                    names.add(f"{cls.__name__}.{name}")
     return names
 
 
@@ -45,6 +50,7 @@ TABLE_INTERNALS = {
     "assign_rows": "SOK's sok.assign: Variable.assign",
     "checkpoint_chunks": "dump",
     "checkpoint_meta": "dump",
+    "checkpoint_restore": "load",
     "checkpoint_stage": "load",
     "combines_in_place": "lookup_sparse",
     "export_rows": "a read",
