@@ -6,20 +6,20 @@ from sok_lite._loader import ops as _ops
 
 
 def sparse_apply(
-    var_handle,
-    slot_handles,
-    indices,
-    grads,
-    hyper,
-    kind,
-    var_name="",
-    name=None,
+    var_handle: tf.Tensor,
+    slot_handles: list[tf.Tensor],
+    indices: tf.Tensor,
+    grads: tf.Tensor,
+    hyper: tf.Tensor,
+    kind: str,
+    var_name: str = "",
+    name: str | None = None,
     *,
-    step=0,
-    rounding_seed=0,
-    row_stride=1,
-    row_offset=0,
-):
+    step: int | tf.Tensor = 0,
+    rounding_seed: int = 0,
+    row_stride: int = 1,
+    row_offset: int = 0,
+) -> tf.Operation:
     """Updates rows `indices` of a variable and its slots with gradient rows `grads`.
 
     Args:
