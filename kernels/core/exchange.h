@@ -47,8 +47,9 @@ struct ParsedIds {
 };
 
 // Parses a received id message with segment sizes splits[0, num_ranks). Returns "" or a problem.
-std::string ParseIdMessage(const int64_t* message, int64_t size, const int64_t* splits,
-                           int64_t num_ranks, int64_t num_tables, ParsedIds* parsed);
+[[nodiscard]] std::string ParseIdMessage(const int64_t* message, int64_t size,
+                                         const int64_t* splits, int64_t num_ranks,
+                                         int64_t num_tables, ParsedIds* parsed);
 
 // Element offsets of the vector message for (rank, table) segments in rank-major order, with
 // dims[t] elements per row: offsets has N * T + 1 entries.

@@ -19,37 +19,11 @@ RowChunk NewRowChunk(size_t floats) {
   return RowChunk(static_cast<float*>(p), RowChunkUnmap{bytes});
 }
 
-HashTable::HashTable(const TableConfig& config) : config_(config) {
-  slots_.assign(16, Slot{0, -1});
-}
-
-int64_t HashTable::FindSlot(int64_t key, uint64_t hash) const {
-  const uint64_t mask = slots_.size() - 1;
-  for (uint64_t pos = hash & mask;; pos = (pos + 1) & mask) {
-    if (slots_[pos].row < 0) return -1;
-    if (slots_[pos].key == key) return static_cast<int64_t>(pos);
-  }
-}
-
-int64_t HashTable::FindSlot(int64_t key) const { return FindSlot(key, HashKey(key)); }
+HashTable::HashTable(const TableConfig& config) : config_(config) {}
 
 float* HashTable::Find(int64_t key) {
-  const int64_t s = FindSlot(key);
-  return s < 0 ? nullptr : RowPtr(slots_[s].row);
-}
-
-void HashTable::Grow() { Rehash(slots_.size() * 2); }
-
-void HashTable::Rehash(int64_t capacity) {
-  std::vector<Slot> old = std::move(slots_);
-  slots_.assign(capacity, Slot{0, -1});
-  const uint64_t mask = slots_.size() - 1;
-  for (const Slot& entry : old) {
-    if (entry.row < 0) continue;
-    uint64_t pos = HashKey(entry.key) & mask;
-    while (slots_[pos].row >= 0) pos = (pos + 1) & mask;
-    slots_[pos] = entry;
-  }
+  const int64_t r = FindRow(key);
+  return r < 0 ? nullptr : RowPtr(r);
 }
 
 int64_t HashTable::AllocateRow() {
@@ -65,20 +39,16 @@ int64_t HashTable::AllocateRow() {
   return r;
 }
 
-int64_t HashTable::InsertSlot(int64_t key) {
-  if ((size_ + 1) * 4 > static_cast<int64_t>(slots_.size()) * 3) Grow();  // load <= 0.75
+int64_t HashTable::IndexNewRow(int64_t key) {
+  index_.Reserve(index_.size() + 1);  // grown before the row is taken
   const int64_t r = AllocateRow();
-  const uint64_t mask = slots_.size() - 1;
-  uint64_t pos = HashKey(key) & mask;
-  while (slots_[pos].row >= 0) pos = (pos + 1) & mask;
-  slots_[pos] = Slot{key, r};
-  ++size_;
+  index_.Insert(key, r);
   row_used_[r] = true;
   return r;
 }
 
 int64_t HashTable::Insert(int64_t key) {
-  const int64_t r = InsertSlot(key);
+  const int64_t r = IndexNewRow(key);
   meta_[r] = RowMeta{key, step_, 0, -1};
   row_used_[r] = true;
   InitRecord(key, RowPtr(r));
@@ -86,32 +56,39 @@ int64_t HashTable::Insert(int64_t key) {
 }
 
 void HashTable::Erase(int64_t key) {
-  int64_t s = FindSlot(key);
-  if (s < 0) return;
-  const int64_t r = slots_[s].row;
+  const int64_t r = index_.Erase(key);
+  if (r < 0) return;
   row_used_[r] = false;
   free_rows_.push_back(r);
-  --size_;
-  // Backward-shift deletion keeps probe chains intact without tombstones.
-  const uint64_t mask = slots_.size() - 1;
-  uint64_t hole = s;
-  for (uint64_t pos = (hole + 1) & mask; slots_[pos].row >= 0; pos = (pos + 1) & mask) {
-    const uint64_t home = HashKey(slots_[pos].key) & mask;
-    // Move the entry into the hole if its home is not in (hole, pos] (cyclically).
-    const bool stays = hole <= pos ? (home > hole && home <= pos) : (home > hole || home <= pos);
-    if (!stays) {
-      slots_[hole] = slots_[pos];
-      hole = pos;
-    }
+}
+
+void HashTable::InitValue(int64_t key, float* out) const {
+  InitRows(config_.init, &key, config_.dim, 0, 1, out);
+  // As stored: a key not admitted yet reads what its row will hold once admitted.
+  layout().RoundAsStored(out);
+}
+
+void HashTable::InitRecord(int64_t key, float* record) const {
+  const RecordLayout layout = this->layout();
+  if (layout.half) {
+    thread_local std::vector<float> value;
+    value.resize(config_.dim);
+    InitRows(config_.init, &key, config_.dim, 0, 1, value.data());
+    layout.WriteRow(value.data(), false, record);
+  } else {
+    InitRows(config_.init, &key, config_.dim, 0, 1, record);
   }
-  slots_[hole].row = -1;
+  for (int s = 0; s < layout.num_slots; ++s) {
+    std::fill(layout.slot(record, s), layout.slot(record, s) + config_.dim, slot_init_[s]);
+  }
 }
 
 std::string HashTable::MakeRoom(int64_t needed, const Runner& run, const std::vector<int64_t>& keep,
                                 bool spare_seen) {
   if (tier_) return Spill(needed, keep, spare_seen, run);
-  if (config_.capacity <= 0 || size_ + needed <= config_.capacity) return "";
-  const int64_t excess = size_ + needed - config_.capacity;
+  const int64_t size = index_.size();
+  if (config_.capacity <= 0 || size + needed <= config_.capacity) return "";
+  const int64_t excess = size + needed - config_.capacity;
   // Candidates: rows not seen in the current step (the batch being looked up must stay).
   std::vector<std::pair<int64_t, int64_t>> candidates;  // (score, row)
   for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
@@ -121,7 +98,7 @@ std::string HashTable::MakeRoom(int64_t needed, const Runner& run, const std::ve
   }
   if (static_cast<int64_t>(candidates.size()) < excess) {
     return "capacity " + std::to_string(config_.capacity) + " is too small for the " +
-           std::to_string(size_ - static_cast<int64_t>(candidates.size()) + needed) +
+           std::to_string(size - static_cast<int64_t>(candidates.size()) + needed) +
            " distinct keys of one lookup";
   }
   std::nth_element(candidates.begin(), candidates.begin() + (excess - 1), candidates.end());
@@ -137,9 +114,9 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
   const int64_t dim = config_.dim;
   // Probe in parallel (a key may repeat: see MarkSeen).
   std::vector<int64_t> rows(n);
-  ForEachSlot(keys, n, run, [&](int64_t i, int64_t s) {
-    rows[i] = s < 0 ? -1 : slots_[s].row;
-    if (s >= 0) MarkSeen(rows[i]);
+  ForEachRow(keys, n, run, [&](int64_t i, int64_t r) {
+    rows[i] = r;
+    if (r >= 0) MarkSeen(r);
   });
   std::vector<int64_t> missing;
   for (int64_t i = 0; i < n; ++i) {
@@ -154,17 +131,15 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
   if (tier_) {
     for (int64_t i = 0; i < n; ++i) missing.push_back(i);
   }
-  for (int64_t i : missing) {
-    const int64_t slot = FindSlot(keys[i]);
-    rows[i] = slot < 0 ? -1 : slots_[slot].row;
-  }
+  for (int64_t i : missing) rows[i] = FindRow(keys[i]);
+  const RecordLayout layout = this->layout();
   run(n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       if (i + kPrefetchDistance < i1 && rows[i + kPrefetchDistance] >= 0) {
-        PrefetchBytes<0>(RowPtr(rows[i + kPrefetchDistance]), value_words() * sizeof(float));
+        PrefetchBytes<0>(RowPtr(rows[i + kPrefetchDistance]), layout.value_words() * sizeof(float));
       }
       if (rows[i] >= 0) {
-        ReadValue(RowPtr(rows[i]), out + i * dim);
+        layout.ReadValue(RowPtr(rows[i]), out + i * dim);
       } else {  // not admitted yet: the initializer's value, nothing stored
         InitValue(keys[i], out + i * dim);
       }
@@ -210,12 +185,11 @@ std::string HashTable::RecordsForUpdate(const int64_t* keys, int64_t n, int64_t 
     const std::string problem = FetchFromTier(keys, n, false, run);
     if (!problem.empty()) return problem;
   }
-  ForEachSlot(keys, n, run, [&](int64_t i, int64_t s) {
-    if (s < 0) {
+  ForEachRow(keys, n, run, [&](int64_t i, int64_t r) {
+    if (r < 0) {
       records[i] = nullptr;
       return;
     }
-    const int64_t r = slots_[s].row;
     records[i] = RowPtr(r);
     meta_[r].updated = step;  // keys are distinct: no two calls write one row
   });
@@ -250,9 +224,9 @@ std::string HashTable::AssignPiece(const int64_t* keys, int64_t n, const float* 
     if (!problem.empty()) return problem;
     std::vector<int64_t> keep, fresh;
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t s = FindSlot(keys[i]);
-      if (s >= 0) {
-        keep.push_back(slots_[s].row);
+      const int64_t r = FindRow(keys[i]);
+      if (r >= 0) {
+        keep.push_back(r);
       } else {
         fresh.push_back(keys[i]);
       }
@@ -263,11 +237,12 @@ std::string HashTable::AssignPiece(const int64_t* keys, int64_t n, const float* 
     problem = MakeRoom(fresh.size(), RunSerially, keep, false);
     if (!problem.empty()) return problem;
   }
-  const int64_t width = with_slots ? row_width() : config_.dim;
+  const RecordLayout layout = this->layout();
+  const int64_t width = with_slots ? layout.row_width() : config_.dim;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t s = FindSlot(keys[i]);
-    const int64_t r = s < 0 ? Insert(keys[i]) : slots_[s].row;
-    WriteRow(rows + i * width, with_slots, RowPtr(r));
+    const int64_t found = FindRow(keys[i]);
+    const int64_t r = found < 0 ? Insert(keys[i]) : found;
+    layout.WriteRow(rows + i * width, with_slots, RowPtr(r));
     meta_[r].updated = step;
   }
   return "";
@@ -297,15 +272,16 @@ std::string HashTable::AddSlots(const std::vector<float>& initial_values) {
   const int64_t old_stride = stride();
   const int old_slots = num_slots();
   slot_init_.insert(slot_init_.end(), initial_values.begin(), initial_values.end());
-  const int64_t new_stride = stride();
+  const RecordLayout layout = this->layout();
+  const int64_t new_stride = layout.stride();
   std::vector<RowChunk> chunks;
   for (size_t c = 0; c < chunks_.size(); ++c) {
     chunks.push_back(NewRowChunk(kChunkRows * new_stride));
     for (int64_t i = 0; i < kChunkRows; ++i) {
       float* dst = chunks.back().get() + i * new_stride;
       std::memcpy(dst, chunks_[c].get() + i * old_stride, old_stride * sizeof(float));
-      for (int s = old_slots; s < num_slots(); ++s) {
-        std::fill(SlotPtr(dst, s), SlotPtr(dst, s) + config_.dim, slot_init_[s]);
+      for (int s = old_slots; s < layout.num_slots; ++s) {
+        std::fill(layout.slot(dst, s), layout.slot(dst, s) + config_.dim, slot_init_[s]);
       }
     }
   }
@@ -314,8 +290,7 @@ std::string HashTable::AddSlots(const std::vector<float>& initial_values) {
 }
 
 void HashTable::Clear() {
-  slots_.assign(16, Slot{0, -1});
-  size_ = 0;
+  index_.Clear();
   chunks_.clear();
   meta_.clear();
   row_used_.clear();

@@ -14,9 +14,11 @@
 
 #include "kernels/core/cpu_gpu_rules.h"
 #include "kernels/core/half_rows.h"
+#include "kernels/core/hash_table_record.h"
+#include "kernels/core/hash_table_tier_file.h"
+#include "kernels/core/open_index.h"
 #include "kernels/core/prefetch.h"
 #include "kernels/core/row_init.h"
-#include "kernels/core/row_tier_file.h"
 
 namespace sok_lite {
 
@@ -47,7 +49,7 @@ struct TableConfig {
   // (records, bookkeeping and both indexes); rows beyond it go to the file.
   std::string tier_dir;
   int64_t ram_budget = 0;
-  int64_t tier_segment_bytes = RowTierFile::kDefaultSegmentBytes;  // see row_tier_file.h
+  int64_t tier_segment_bytes = RowTierFile::kDefaultSegmentBytes;  // see hash_table_tier_file.h
   std::string label;  // names the table in errors (empty: the caller does)
   // Takes the table's one-off warnings (the TF kernels log them); empty: they are dropped.
   std::function<void(const std::string&)> warn;
@@ -70,36 +72,43 @@ class HashTable {
 
   const TableConfig& config() const { return config_; }
   // Rows stored, in RAM and on disk.
-  int64_t size() const { return size_ + (tier_ ? tier_->size() : 0); }
+  int64_t size() const { return index_.size() + (tier_ ? tier_->size() : 0); }
   bool tiered() const { return tier_ != nullptr; }
 
   // Opens the disk tier of config().tier_dir; from then on rows beyond config().ram_budget
   // spill to it (coldest first) and come back when looked up. Returns "" or an error.
-  std::string AttachTier();
+  [[nodiscard]] std::string AttachTier();
 
   // rows_ram, rows_disk, bytes_ram, bytes_disk, ram_budget (-1: unbounded), hits, misses,
   // spills, evictions.
   std::vector<int64_t> MemoryStats() const;
   int num_slots() const { return static_cast<int>(slot_init_.size()); }
   int64_t step() const { return step_; }
-  // Floats per stored record: the value (dim floats, or dim 16-bit values packed two to a
-  // float for a 16-bit table), then each slot (dim floats). Only the conversions below know
-  // the value's layout; everything else moves records as blocks of stride() floats.
-  int64_t stride() const { return value_words() + config_.dim * num_slots(); }
+  // Where things are in this table's records (kernels/core/hash_table_record.h): the value,
+  // dim floats or dim 16-bit values packed two to a float, then each slot (dim floats). Only its
+  // conversions know the value's layout; everything else moves records as blocks of stride()
+  // floats.
+  RecordLayout layout() const {
+    RecordLayout layout;
+    layout.dim = config_.dim;
+    layout.num_slots = num_slots();
+    layout.half = config_.half_values;
+    layout.format = config_.half_format;
+    return layout;
+  }
+  // Floats per stored record.
+  int64_t stride() const { return layout().stride(); }
   // Floats per row as the conversions read and write it: the value, then each slot.
-  int64_t row_width() const { return config_.dim * (1 + num_slots()); }
+  int64_t row_width() const { return layout().row_width(); }
 
-  // Record <-> float32 row conversions (kernels/core/hash_table_rows.cc). ReadValue: out[0, dim)
-  // = the value of `record`; ReadRow: out[0, dim or row_width()) = the value (and slots).
-  void ReadValue(const float* record, float* out) const;
-  void ReadRow(const float* record, bool with_slots, float* out) const;
-  // acc[0, dim) = w * value (first) or acc += w * value: a combine's step, widening as it reads.
-  void AccumulateValue(const float* record, float w, bool first, float* acc) const;
-  // record = row (dim floats, or row_width() with slots), 16-bit values rounded to nearest.
-  void WriteRow(const float* row, bool with_slots, float* record) const;
-  // record = row (row_width() floats) after an optimizer step at `step`: bfloat16 values round
-  // stochastically with bits drawn from (seed, step, key), so the same on any number of ranks.
-  void WriteUpdatedRow(const float* row, int64_t key, int64_t step, float* record) const;
+  // The record <-> float32 row conversions of layout(), see RecordLayout. WriteUpdatedRow's
+  // bfloat16 rounding draws from the table's rounding_seed.
+  void ReadRow(const float* record, bool with_slots, float* out) const {
+    layout().ReadRow(record, with_slots, out);
+  }
+  void WriteUpdatedRow(const float* row, int64_t key, int64_t step, float* record) const {
+    layout().WriteUpdatedRow(row, config_.rounding_seed, key, step, record);
+  }
 
   // Runs fn over disjoint ranges covering [0, n), possibly in parallel.
   using Runner = ParallelRunner;
@@ -109,7 +118,7 @@ class HashTable {
   // often it repeats in `keys`. out[i, :dim] gets keys[i]'s value (the initializer's value for a
   // key not admitted yet). Probing and copying run through `run`; inserts are serial. Returns ""
   // or an error.
-  std::string Lookup(const int64_t* keys, int64_t n, float* out, const Runner& run);
+  [[nodiscard]] std::string Lookup(const int64_t* keys, int64_t n, float* out, const Runner& run);
 
   // One lookup step fused with lookup_sparse's combine, on ids that are not deduplicated:
   // sample b's keys are keys[row_splits[b], row_splits[b + 1]), and out[b, :dim] gets their
@@ -118,9 +127,9 @@ class HashTable {
   // are combined through `run` (over sample ranges) while the keys are probed; keys not stored
   // yet are admitted serially afterwards and their samples combined again. stream_out writes
   // `out` with streaming stores. Returns "" or an error.
-  std::string LookupCombine(const int64_t* keys, const int64_t* row_splits, int64_t batch,
-                            const float* weights, const float* scale, float* out, bool stream_out,
-                            const Runner& run);
+  [[nodiscard]] std::string LookupCombine(const int64_t* keys, const int64_t* row_splits,
+                                          int64_t batch, const float* weights, const float* scale,
+                                          float* out, bool stream_out, const Runner& run);
 
   // Pointer to the stored record of key (see stride()), or null if the key is not stored.
   float* Find(int64_t key);
@@ -129,8 +138,8 @@ class HashTable {
   // probed through `run`; the found rows count as updated at optimizer step `step`. Keys must
   // be distinct.
   // With a disk tier, rows on disk are read back first. Returns "" or an error.
-  std::string RecordsForUpdate(const int64_t* keys, int64_t n, int64_t step, float** records,
-                               const Runner& run);
+  [[nodiscard]] std::string RecordsForUpdate(const int64_t* keys, int64_t n, int64_t step,
+                                             float** records, const Runner& run);
 
   // Stores keys[i] with rows[i] ([row_width()] floats each, or [dim] with slots at their initial
   // values), replacing any existing row; the rows count as updated at optimizer step `step`; a
@@ -139,12 +148,12 @@ class HashTable {
   // of the disk tier no value of that piece or later ones changes (a batch that fits 3/4 of the
   // budget's rows is one piece: all or nothing; a batch whose keys the budget cannot index is
   // refused before any piece). Returns "" or an error.
-  std::string Assign(const int64_t* keys, int64_t n, const float* rows, bool with_slots,
-                     int64_t step);
+  [[nodiscard]] std::string Assign(const int64_t* keys, int64_t n, const float* rows,
+                                   bool with_slots, int64_t step);
 
   // Adds slots (re-laying out every stored row); existing slots keep their values. Returns ""
   // or an error (of the disk tier, which is rewritten).
-  std::string AddSlots(const std::vector<float>& initial_values);
+  [[nodiscard]] std::string AddSlots(const std::vector<float>& initial_values);
 
   // Sets the values new rows' slots start from (one per slot; the count must match).
   void SetSlotInit(const std::vector<float>& initial_values) { slot_init_ = initial_values; }
@@ -158,24 +167,25 @@ class HashTable {
   // checkpoint load fills a staged table and swaps it in whole, so that a failed load changes
   // nothing. With disk tiers, each file moves into the directory of the table that now holds
   // it. Returns "" or an error (then nothing is exchanged).
-  std::string SwapRows(HashTable* staged);
+  [[nodiscard]] std::string SwapRows(HashTable* staged);
 
   // Removes rows not seen during the last `steps_unseen` lookup steps; *evicted gets how many.
   // Returns "" or an error (of the disk tier, whose bookkeeping is read from the file; then
   // nothing is removed).
-  std::string EvictUnseen(int64_t steps_unseen, int64_t* evicted);
+  [[nodiscard]] std::string EvictUnseen(int64_t steps_unseen, int64_t* evicted);
 
   // Calls fn(key, record pointer) for every stored row changed by an optimizer step or an assign
   // after step `since_step` (INT64_MIN: every row; rows only ever looked up have never changed
   // and come back identical from the initializer): rows in RAM, then rows on disk, read in
   // batches. Returns "" or an error (of the disk tier).
   template <typename F>
-  std::string ForEach(int64_t since_step, F fn) {
+  [[nodiscard]] std::string ForEach(int64_t since_step, F fn) {
     int64_t cursor = 0;
     std::vector<int64_t> keys;
     std::vector<float> rows;
     while (cursor >= 0) {
-      std::string problem = ExportRange(since_step, cursor, kChunkRows * 4, &keys, &rows, &cursor);
+      const std::string problem =
+          ExportRange(since_step, cursor, kChunkRows * 4, &keys, &rows, &cursor);
       if (!problem.empty()) return problem;
       for (size_t i = 0; i < keys.size(); ++i) fn(keys[i], rows.data() + i * stride());
     }
@@ -185,27 +195,21 @@ class HashTable {
   // One piece of ForEach(since_step): at most `limit` rows (keys, and rows of stride() floats)
   // from position `cursor` (0 first), *next the position to continue from (-1: done). Positions
   // stay valid while the table does not change.
-  std::string ExportRange(int64_t since_step, int64_t cursor, int64_t limit,
-                          std::vector<int64_t>* keys, std::vector<float>* rows, int64_t* next);
+  [[nodiscard]] std::string ExportRange(int64_t since_step, int64_t cursor, int64_t limit,
+                                        std::vector<int64_t>* keys, std::vector<float>* rows,
+                                        int64_t* next);
 
   // *n = the number of rows ForEach(since_step, ...) visits. Returns "" or an error (of the
   // disk tier, whose bookkeeping is read from the file).
-  std::string CountSince(int64_t since_step, int64_t* n) const;
+  [[nodiscard]] std::string CountSince(int64_t since_step, int64_t* n) const;
 
  private:
   static constexpr int64_t kChunkRows = 1024;
 
-  struct Slot {  // one cache line holds four: a probe reads key and row together
-    int64_t key;
-    int64_t row;  // -1: empty
-  };
-  // RowMeta (kernels/core/row_tier_file.h): per stored row, together so that a lookup touches
-  // one line for them.
-
-  // The slot hash. Not KeyHash: a rank among N holds only keys with KeyHash(k) % N == rank,
-  // whose low bits then repeat (all of them when N is a power of two), which would crowd the
-  // keys onto 1 / N of the slots (mean probes ~25 instead of ~2.5 at 64 ranks).
-  static uint64_t HashKey(int64_t key) { return SplitMix64Finalizer(static_cast<uint64_t>(key)); }
+  // An entry of the RAM index: key and row, read together by a probe (four to a cache line).
+  static constexpr int64_t kIndexEntryBytes = sizeof(RowIndex::Entry);
+  // RowMeta (kernels/core/hash_table_tier_file.h): per stored row, together so that a lookup
+  // touches one line for them.
   // Marks row r as seen in this step. A key may repeat across threads, so the marks are
   // atomic: whoever moves last_seen to this step counts the step, once. Read first: a hot key
   // repeats many times, and only its first sighting writes.
@@ -216,23 +220,23 @@ class HashTable {
       __atomic_fetch_add(&meta.count, 1, __ATOMIC_RELAXED);
     }
   }
-  // Calls on_slot(i, hash slot of keys[i] or -1) for i in [0, n) through `run`, each key
-  // hashed once and its slot prefetched a few keys ahead.
+  // Calls on_row(i, row of keys[i] in RAM or -1) for i in [0, n) through `run`, each key
+  // hashed once and its index entry prefetched a few keys ahead.
   template <typename F>
-  void ForEachSlot(const int64_t* keys, int64_t n, const Runner& run, F on_slot) const;
-  int64_t FindSlot(int64_t key) const;  // hash slot holding key, or -1
-  int64_t FindSlot(int64_t key, uint64_t hash) const;
-  int64_t Insert(int64_t key);      // stores a new row initialized from the config
-  int64_t InsertSlot(int64_t key);  // indexes a new row of key, contents unset
+  void ForEachRow(const int64_t* keys, int64_t n, const Runner& run, F on_row) const;
+  int64_t FindRow(int64_t key) const { return index_.Get(key); }  // row in RAM, or -1
+  int64_t Insert(int64_t key);       // stores a new row initialized from the config
+  int64_t IndexNewRow(int64_t key);  // indexes a new row of key, contents unset
   // Disk tier: moves the rows of keys[0, n) that are on disk back to RAM (spilling others to
   // make room, never rows of these keys; spare_seen: see Spill), for an optimizer step or an
   // assign. RAM is probed through `run`.
-  std::string FetchFromTier(const int64_t* keys, int64_t n, bool spare_seen, const Runner& run);
+  [[nodiscard]] std::string FetchFromTier(const int64_t* keys, int64_t n, bool spare_seen,
+                                          const Runner& run);
   // Disk tier, in a lookup of keys[0, n) whose ids at positions *missing (sorted) were not in
   // RAM (the others are marked seen): reads the rows of those on disk back to RAM, marked seen,
   // and leaves in *missing the positions of keys stored nowhere.
-  std::string FetchMissing(const int64_t* keys, int64_t n, std::vector<int64_t>* missing,
-                           const Runner& run);
+  [[nodiscard]] std::string FetchMissing(const int64_t* keys, int64_t n,
+                                         std::vector<int64_t>* missing, const Runner& run);
   // Adds a successful lookup of n ids, `missed` of them not in RAM, to the counters.
   void CountLookup(int64_t n, int64_t missed) {
     counters_.hits += n - missed;
@@ -240,14 +244,15 @@ class HashTable {
   }
   // Reads the rows of on_disk (distinct keys) back into RAM, making room first (keep,
   // spare_seen: see Spill); mark_seen: they count as seen in this lookup step.
-  std::string ReadBack(const std::vector<int64_t>& on_disk, const std::vector<int64_t>& keep,
-                       bool mark_seen, bool spare_seen, const Runner& run);
+  [[nodiscard]] std::string ReadBack(const std::vector<int64_t>& on_disk,
+                                     const std::vector<int64_t>& keep, bool mark_seen,
+                                     bool spare_seen, const Runner& run);
   // The RAM rows the budget allows now (the disk index takes its share).
   int64_t RamRowLimit() const;
   // Moves the coldest RAM rows (by config().policy) to disk until `needed` more fit the budget;
   // spares the rows in `keep` (sorted) and, with spare_seen, the rows seen in this lookup step.
-  std::string Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen,
-                    const Runner& run);
+  [[nodiscard]] std::string Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen,
+                                  const Runner& run);
   // Moves the RAM rows into the fewest chunks and frees the rest, so that the chunks a table
   // once needed (before spills, or before its slots widened the rows) do not outlast the
   // budget. Row numbers change: callers probe again afterwards.
@@ -255,36 +260,31 @@ class HashTable {
   // Counts the keys at positions `missing` (not stored; a key may repeat) as seen in this step
   // and stores those now admitted, in order of first occurrence, evicting if the table is full.
   // Sorts `missing`. Returns "" or an error.
-  std::string AdmitMissing(const int64_t* keys, std::vector<int64_t>* missing, const Runner& run);
+  [[nodiscard]] std::string AdmitMissing(const int64_t* keys, std::vector<int64_t>* missing,
+                                         const Runner& run);
   // Disk tier: "" if the budget can index every key stored after assigning keys[0, n) and
   // still hold a row in RAM, else the error (before anything changes).
-  std::string CheckAssignFits(const int64_t* keys, int64_t n) const;
+  [[nodiscard]] std::string CheckAssignFits(const int64_t* keys, int64_t n) const;
   // Assign of one piece that fits the RAM budget.
-  std::string AssignPiece(const int64_t* keys, int64_t n, const float* rows, bool with_slots,
-                          int64_t step);
+  [[nodiscard]] std::string AssignPiece(const int64_t* keys, int64_t n, const float* rows,
+                                        bool with_slots, int64_t step);
   void Erase(int64_t key);
-  void Grow();
-  void Rehash(int64_t capacity);  // re-indexes every row into `capacity` (a power of two) slots
-  int64_t value_words() const { return config_.half_values ? (config_.dim + 1) / 2 : config_.dim; }
-  float* SlotPtr(float* record, int s) const { return record + value_words() + s * config_.dim; }
   void InitRecord(int64_t key, float* record) const;  // initializer's value, slots' fills
   void InitValue(int64_t key, float* out) const;      // [dim]: the value InitRecord stores
   float* RowPtr(int64_t r) { return chunks_[r / kChunkRows].get() + (r % kChunkRows) * stride(); }
   int64_t AllocateRow();
   // Makes room for `needed` more rows (capacity evictions, or disk-tier spills written through
   // `run`); keep and spare_seen: see Spill.
-  std::string MakeRoom(int64_t needed, const Runner& run, const std::vector<int64_t>& keep = {},
-                       bool spare_seen = true);
-  std::string Named(const std::string& problem) const {
+  [[nodiscard]] std::string MakeRoom(int64_t needed, const Runner& run,
+                                     const std::vector<int64_t>& keep = {}, bool spare_seen = true);
+  [[nodiscard]] std::string Named(const std::string& problem) const {
     return config_.label.empty() ? problem : config_.label + ": " + problem;
   }
 
   TableConfig config_;
   std::vector<float> slot_init_;
-  // Hash index: open addressing, linear probing; occupancy lives in Slot::row (-1 = empty) so
-  // that every int64 key value is an ordinary key.
-  std::vector<Slot> slots_;
-  int64_t size_ = 0;
+  // Key -> row of the rows in RAM (kernels/core/open_index.h); its size is their number.
+  RowIndex index_;
   // Row storage in fixed-size chunks (no doubling of the whole payload on growth).
   std::vector<RowChunk> chunks_;
   std::vector<RowMeta> meta_;
@@ -299,25 +299,25 @@ class HashTable {
 };
 
 template <typename F>
-inline void HashTable::ForEachSlot(const int64_t* keys, int64_t n, const Runner& run,
-                                   F on_slot) const {
-  const uint64_t mask = slots_.size() - 1;
+inline void HashTable::ForEachRow(const int64_t* keys, int64_t n, const Runner& run,
+                                  F on_row) const {
+  const RowIndex::View index = index_.view();
   run(n, [&](int64_t i0, int64_t i1) {
-    // Each key is hashed once: the hash of key i + kPrefetchDistance prefetches its slot and
+    // Each key is hashed once: the hash of key i + kPrefetchDistance prefetches its entry and
     // waits in `ahead` until that key is probed.
     uint64_t ahead[kPrefetchDistance];
     for (int64_t i = i0; i < std::min(i1, i0 + kPrefetchDistance); ++i) {
-      ahead[i % kPrefetchDistance] = HashKey(keys[i]);
-      __builtin_prefetch(&slots_[ahead[i % kPrefetchDistance] & mask], 0, 3);
+      ahead[i % kPrefetchDistance] = RowIndex::Hash(keys[i]);
+      index.Prefetch(ahead[i % kPrefetchDistance]);
     }
     for (int64_t i = i0; i < i1; ++i) {
       const uint64_t hash = ahead[i % kPrefetchDistance];
       if (i + kPrefetchDistance < i1) {
-        const uint64_t next = HashKey(keys[i + kPrefetchDistance]);
+        const uint64_t next = RowIndex::Hash(keys[i + kPrefetchDistance]);
         ahead[i % kPrefetchDistance] = next;
-        __builtin_prefetch(&slots_[next & mask], 0, 3);
+        index.Prefetch(next);
       }
-      on_slot(i, FindSlot(keys[i], hash));
+      on_row(i, index.Get(keys[i], hash));
     }
   });
 }

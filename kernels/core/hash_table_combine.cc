@@ -6,8 +6,8 @@
 #include <mutex>
 #include <vector>
 
-#include "kernels/core/combine_sample.h"
 #include "kernels/core/hash_table.h"
+#include "kernels/core/lookup_combine_sample.h"
 #include "kernels/core/prefetch.h"
 #include "kernels/core/row_init.h"
 #include "kernels/core/stream_store.h"
@@ -19,14 +19,14 @@ namespace {
 // widened as it is added, with no float32 copy of the row in between. record_of(k) is called
 // once for every k, in order, and gives the record of id k or null.
 template <typename RecordOf>
-bool CombineHalfSample(const HashTable& table, int64_t k0, int64_t k1, int64_t dim,
+bool CombineHalfSample(const RecordLayout& layout, int64_t k0, int64_t k1, int64_t dim,
                        const float* weights, float scale, bool stream_out, RecordOf record_of,
                        float* acc, float* dst) {
   bool complete = true;
   for (int64_t k = k0; k < k1; ++k) {
     const float* record = record_of(k);  // called even after a miss: it advances a pipeline
     complete = complete && record;
-    if (complete) table.AccumulateValue(record, weights ? weights[k] : 1.0f, k == k0, acc);
+    if (complete) layout.AccumulateValue(record, weights ? weights[k] : 1.0f, k == k0, acc);
   }
   if (!complete) return false;
   if (k0 == k1) std::fill(acc, acc + dim, 0.0f);
@@ -49,17 +49,17 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
   ++step_;
   const int64_t ids = row_splits[batch] - row_splits[0];
   const int64_t dim = config_.dim;
-  const uint64_t mask = slots_.size() - 1;
   std::mutex mu;
   std::vector<int64_t> missing;  // positions of ids not stored
   std::vector<int64_t> marked;   // rows first seen in this step, some more than once
-  // Three stages per id, in flight over a window of ids: hash the key and prefetch its slot
-  // (kSlotAhead ids ahead), read the slot and prefetch the row and its record (kRowAhead ahead),
-  // combine the row. Probing is read-only, so samples are combined in parallel.
+  // Three stages per id, in flight over a window of ids: hash the key and prefetch its index
+  // entry (kSlotAhead ids ahead), probe the index and prefetch the row and its record (kRowAhead
+  // ahead), combine the row. Probing is read-only, so samples are combined in parallel.
   constexpr uint64_t kSlotAhead = 16, kRowAhead = 8;
-  const Slot* const slots = slots_.data();
+  const RowIndex::View index = index_.view();
   const RowChunk* const chunks = chunks_.data();
-  const uint64_t stride = this->stride();
+  const RecordLayout layout = this->layout();
+  const uint64_t stride = layout.stride();
   const auto row_ptr = [=](uint64_t r) {
     return chunks[r / kChunkRows].get() + (r % kChunkRows) * stride;
   };
@@ -67,32 +67,31 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
   // stores the step.
   const bool count = (config_.capacity > 0 || tier_) && config_.policy == EvictPolicy::kLfu;
   // A 16-bit table's records are combined by CombineHalfSample, which widens as it adds.
-  const bool half = config_.half_values;
+  const bool half = layout.half;
   // Sample b of `out` from the records row_of(k) gives for its ids k.
   const auto combine_sample = [&](int64_t b, const auto& row_of, float* acc) {
     const float s = scale ? scale[b] : 1.0f;
     if (half) {
-      CombineHalfSample(*this, row_splits[b], row_splits[b + 1], dim, weights, s, stream_out,
+      CombineHalfSample(layout, row_splits[b], row_splits[b + 1], dim, weights, s, stream_out,
                         row_of, acc, out + b * dim);
     } else {
       CombineSample(row_splits[b], row_splits[b + 1], dim, weights, s, stream_out, row_of, acc,
                     out + b * dim);
     }
   };
-  const uint64_t value_bytes = value_words() * sizeof(float);
+  const uint64_t value_bytes = layout.value_words() * sizeof(float);
   const int64_t step = step_;
   run(batch, [&](int64_t b0, int64_t b1) {
     const uint64_t first = row_splits[b0], end = row_splits[b1];
     uint64_t hashes[kSlotAhead];
     int64_t rows[kRowAhead];
     const auto hash_ahead = [&](uint64_t k) {
-      const uint64_t h = HashKey(keys[k]);
+      const uint64_t h = RowIndex::Hash(keys[k]);
       hashes[k % kSlotAhead] = h;
-      __builtin_prefetch(&slots[h & mask], 0, 3);
+      index.Prefetch(h);
     };
     const auto probe_ahead = [&](uint64_t k) {
-      const int64_t s = FindSlot(keys[k], hashes[k % kSlotAhead]);
-      const int64_t r = s < 0 ? -1 : slots[s].row;
+      const int64_t r = index.Get(keys[k], hashes[k % kSlotAhead]);
       rows[k % kRowAhead] = r;
       if (r >= 0) {
         PrefetchBytes<0>(row_ptr(r), value_bytes);
@@ -155,8 +154,8 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
   run(redo.size(), [&](int64_t j0, int64_t j1) {
     std::vector<float> acc(dim), init(stride);
     const auto row_of = [&](int64_t k) -> const float* {
-      const int64_t s = FindSlot(keys[k]);
-      if (s >= 0) return RowPtr(slots_[s].row);
+      const int64_t r = FindRow(keys[k]);
+      if (r >= 0) return RowPtr(r);
       // Not admitted: nothing stored; the record it would get (a float32 table: its value).
       InitRecord(keys[k], init.data());
       return init.data();

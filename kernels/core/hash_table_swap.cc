@@ -1,6 +1,7 @@
 // HashTable::SwapRows: a staged table's rows swapped in whole (the commit of a checkpoint load).
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/core/hash_table.h"
 
@@ -8,6 +9,17 @@ namespace sok_lite {
 namespace {
 
 std::string TierFileIn(const std::string& dir) { return dir + "/rows.bin"; }
+
+// `problem`, and what went wrong in putting the files back after it, if anything did (then a
+// file is left under another name: the message says which).
+[[nodiscard]] std::string AfterUndo(const std::string& problem,
+                                    const std::vector<std::string>& undo) {
+  std::string out = problem;
+  for (const std::string& u : undo) {
+    if (!u.empty()) out += "; putting the file back failed too: " + u;
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -27,21 +39,21 @@ std::string HashTable::SwapRows(HashTable* staged) {
     if (!problem.empty()) return problem;
     problem = staged->tier_->MoveTo(ours);
     if (!problem.empty()) {
-      tier_->MoveTo(ours);  // back where it was: nothing exchanged
-      return problem;
+      // Back where it was: nothing exchanged.
+      return AfterUndo(problem, {tier_->MoveTo(ours)});
     }
     problem = tier_->MoveTo(theirs);
     if (!problem.empty()) {
-      staged->tier_->MoveTo(theirs);
-      tier_->MoveTo(ours);
-      return problem;
+      std::vector<std::string> undo;  // in order: the staged file leaves `ours` first
+      undo.push_back(staged->tier_->MoveTo(theirs));
+      undo.push_back(tier_->MoveTo(ours));
+      return AfterUndo(problem, undo);
     }
   }
   // The slot layout moves with the rows; where both have as many slots, the live table keeps
   // the initial values it has (a staged table given no fills starts them at zero).
   if (slot_init_.size() != staged->slot_init_.size()) std::swap(slot_init_, staged->slot_init_);
-  std::swap(slots_, staged->slots_);
-  std::swap(size_, staged->size_);
+  std::swap(index_, staged->index_);
   std::swap(chunks_, staged->chunks_);
   std::swap(meta_, staged->meta_);
   std::swap(row_used_, staged->row_used_);

@@ -1,4 +1,4 @@
-// HashTable's side of the disk tier (kernels/core/row_tier_file.h): the RAM budget, spilling
+// HashTable's side of the disk tier (kernels/core/hash_table_tier_file.h): the RAM budget, spilling
 // the coldest rows, reading rows back for a lookup or an optimizer step, exports over both tiers
 // and the memory counters.
 #include <algorithm>
@@ -32,14 +32,14 @@ std::string HashTable::AttachTier() {
 std::string HashTable::CheckAssignFits(const int64_t* keys, int64_t n) const {
   std::vector<int64_t> fresh;
   for (int64_t i = 0; i < n; ++i) {
-    if (FindSlot(keys[i]) < 0 && !tier_->Contains(keys[i])) fresh.push_back(keys[i]);
+    if (FindRow(keys[i]) < 0 && !tier_->Contains(keys[i])) fresh.push_back(keys[i]);
   }
   std::sort(fresh.begin(), fresh.end());
   fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
   const int64_t stored = size() + static_cast<int64_t>(fresh.size());
   const int64_t index = tier_->IndexBytesFor(stored);
   const int64_t one_row = stride() * static_cast<int64_t>(sizeof(float)) + kRamRowOverhead +
-                          16 * static_cast<int64_t>(sizeof(Slot));
+                          RowIndex::kMinCapacity * kIndexEntryBytes;
   if (config_.ram_budget >= index + one_row) return "";
   return Named("ram_budget " + std::to_string(config_.ram_budget) + " bytes cannot hold the " +
                std::to_string(stored) + " keys this assign would leave stored: their disk index " +
@@ -54,9 +54,9 @@ int64_t HashTable::RamRowLimit() const {
   // rows move to disk at any time. The RAM hash index is charged at its size, doubled as many
   // times as the rows allowed would make it grow (it grows when 3/4 full).
   const int64_t left = config_.ram_budget - tier_->IndexBytesFor(size());
-  int64_t index = slots_.size() * sizeof(Slot);
+  int64_t index = index_.capacity() * kIndexEntryBytes;
   while (true) {
-    const int64_t holds = index / static_cast<int64_t>(sizeof(Slot)) * 3 / 4;
+    const int64_t holds = index / kIndexEntryBytes * 3 / 4;
     const int64_t fits = std::max<int64_t>(left - index, 0) / per_row;
     if (fits <= holds) return fits;
     if (std::max<int64_t>(left - 2 * index, 0) / per_row <= holds) return holds;
@@ -67,9 +67,10 @@ int64_t HashTable::RamRowLimit() const {
 std::vector<int64_t> HashTable::MemoryStats() const {
   const int64_t bytes_ram =
       static_cast<int64_t>(chunks_.size()) * kChunkRows * stride() * sizeof(float) +
-      meta_.capacity() * sizeof(RowMeta) + slots_.size() * sizeof(Slot) + row_used_.capacity() / 8 +
-      free_rows_.capacity() * sizeof(int64_t) + (tier_ ? tier_->IndexBytes() : 0);
-  return {size_,
+      meta_.capacity() * sizeof(RowMeta) + index_.capacity() * kIndexEntryBytes +
+      row_used_.capacity() / 8 + free_rows_.capacity() * sizeof(int64_t) +
+      (tier_ ? tier_->IndexBytes() : 0);
+  return {index_.size(),
           tier_ ? tier_->size() : 0,
           bytes_ram,
           tier_ ? tier_->FileBytes() : 0,
@@ -101,7 +102,7 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
         "rows a budget keeps in RAM)"));
   }
   const int64_t limit = RamRowLimit();
-  const int64_t excess = size_ + needed - limit;
+  const int64_t excess = index_.size() + needed - limit;
   if (excess <= 0) return "";
   // The coldest rows go: least recently seen (lru), or seen in the fewest lookup steps (lfu,
   // which keeps a skewed distribution's frequent keys in RAM through bursts of rare ones).
@@ -115,10 +116,10 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
   if (static_cast<int64_t>(candidates.size()) < excess) {
     // A budget that holds the disk index at the rows stored after this batch, beside this
     // batch's rows and a RAM hash index for them (RamRowLimit gives it at least as many rows).
-    const int64_t rows = size_ - static_cast<int64_t>(candidates.size()) + needed;
+    const int64_t rows = index_.size() - static_cast<int64_t>(candidates.size()) + needed;
     const int64_t per_row = stride() * static_cast<int64_t>(sizeof(float)) + kRamRowOverhead;
     const int64_t hash_index =
-        std::max<int64_t>(slots_.size(), IndexCapacityFor(rows)) * sizeof(Slot);
+        std::max<int64_t>(index_.capacity(), IndexCapacityFor(rows)) * kIndexEntryBytes;
     const int64_t enough = tier_->IndexBytesFor(size() + needed) + hash_index + rows * per_row;
     return Named("ram_budget " + std::to_string(config_.ram_budget) + " bytes holds " +
                  std::to_string(limit) + " rows of " + std::to_string(stride() * sizeof(float)) +
@@ -153,13 +154,13 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
   // A hash index sized for the rows RAM held before the disk index grew takes budget from rows:
   // shrink it to what the rows the budget allows need (RamRowLimit never lets it grow back
   // unless the budget holds the grown index).
-  const int64_t capacity = IndexCapacityFor(std::max(limit, size_));
-  if (capacity < static_cast<int64_t>(slots_.size())) Rehash(capacity);
+  const int64_t capacity = IndexCapacityFor(std::max(limit, index_.size()));
+  if (capacity < index_.capacity()) index_.Rehash(capacity);
   return "";
 }
 
 void HashTable::CompactRows() {
-  const int64_t keep_rows = (size_ + kChunkRows - 1) / kChunkRows * kChunkRows;
+  const int64_t keep_rows = (index_.size() + kChunkRows - 1) / kChunkRows * kChunkRows;
   // Rows past keep_rows move into the free rows below it, their index slots following them.
   std::vector<int64_t> holes;
   for (int64_t r = 0; r < keep_rows && r < static_cast<int64_t>(meta_.size()); ++r) {
@@ -172,7 +173,7 @@ void HashTable::CompactRows() {
     std::memcpy(RowPtr(to), RowPtr(r), stride() * sizeof(float));
     meta_[to] = meta_[r];
     row_used_[to] = true;
-    slots_[FindSlot(meta_[r].key)].row = to;
+    *index_.Find(meta_[r].key) = to;
   }
   chunks_.resize(keep_rows / kChunkRows);
   meta_.resize(std::min<int64_t>(keep_rows, meta_.size()));
@@ -190,7 +191,7 @@ std::string HashTable::FetchFromTier(const int64_t* keys, int64_t n, bool spare_
                                      const Runner& run) {
   // Probe RAM in parallel, prefetched; only the keys not in RAM are looked up on disk.
   std::vector<int64_t> rows(n);
-  ForEachSlot(keys, n, run, [&](int64_t i, int64_t s) { rows[i] = s < 0 ? -1 : slots_[s].row; });
+  ForEachRow(keys, n, run, [&](int64_t i, int64_t r) { rows[i] = r; });
   std::vector<int64_t> keep, on_disk;
   for (int64_t i = 0; i < n; ++i) {
     if (rows[i] >= 0) {
@@ -241,7 +242,7 @@ std::string HashTable::ReadBack(const std::vector<int64_t>& on_disk,
   problem = MakeRoom(m, run, keep, spare_seen);
   if (!problem.empty()) return problem;
   for (int64_t j = 0; j < m; ++j) {
-    const int64_t r = InsertSlot(on_disk[j]);
+    const int64_t r = IndexNewRow(on_disk[j]);
     meta_[r] = metas[j];
     std::memcpy(RowPtr(r), read.get() + j * stride(), stride() * sizeof(float));
     tier_->Erase(on_disk[j]);

@@ -26,7 +26,7 @@ struct RowInit {
 };
 
 // Parses "random_normal", "truncated_normal", "random_uniform" or "constant".
-bool ParseInitKind(const std::string& name, InitKind* kind);
+[[nodiscard]] bool ParseInitKind(const std::string& name, InitKind* kind);
 
 // out[i, :] = the initial row of row id ids[i], for i in [i0, i1); out is [n, dim].
 template <typename T>

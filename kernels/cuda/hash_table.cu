@@ -15,10 +15,10 @@
 #include <cuda/atomic>
 
 #include "kernels/core/cpu_gpu_rules.h"
+#include "kernels/cuda/hash_table_state.cuh"
 #include "kernels/cuda/launch_config.cuh"
 #include "kernels/cuda/row_init.cuh"
 #include "kernels/cuda/sok_lite_cuda.h"
-#include "kernels/cuda/table_state.cuh"
 #include "kernels/cuda/vec.cuh"
 
 namespace sok_lite {

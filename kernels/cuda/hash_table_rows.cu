@@ -5,9 +5,9 @@
 #include <climits>
 #include <cuda/atomic>
 
+#include "kernels/cuda/hash_table_state.cuh"
 #include "kernels/cuda/launch_config.cuh"
 #include "kernels/cuda/sok_lite_cuda.h"
-#include "kernels/cuda/table_state.cuh"
 
 namespace sok_lite {
 namespace cuda {

@@ -2,7 +2,7 @@
 // (cudaSuccess = 0). Nothing here includes TF, so the same launchers serve the op library and
 // the ctypes harness in tests/gpu. Every launcher is asynchronous on `stream` and only checks
 // its arguments and the launch itself; ids and row indices must be validated upstream (as
-// kernels/core/validate.h does for the CPU path), out-of-range values are not detected here.
+// kernels/core/lookup_validate.h does for the CPU path), out-of-range values are not detected here.
 //
 // Layouts follow kernels/core: tables and gradients are row-major float32 [rows, dim], samples
 // are ragged (sample b owns positions [row_splits[b], row_splits[b + 1])), `inverse` maps a
@@ -27,7 +27,7 @@ enum SokLiteCudaCombiner {
   SOK_LITE_CUDA_SQRTN = SOK_LITE_COMBINER_SQRTN,
 };
 
-// Hyper-parameters and slots as sok_lite::OptimizerKind (kernels/core/optimizers.h).
+// Hyper-parameters and slots as sok_lite::OptimizerKind (kernels/core/optimizer.h).
 enum SokLiteCudaOptimizer {
   SOK_LITE_CUDA_SGD = SOK_LITE_OPTIMIZER_SGD,
   SOK_LITE_CUDA_MOMENTUM = SOK_LITE_OPTIMIZER_MOMENTUM,

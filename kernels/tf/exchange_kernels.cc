@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "kernels/core/exchange.h"
+#include "kernels/core/lookup_unique.h"
 #include "kernels/core/prefetch.h"
-#include "kernels/core/unique.h"
 #include "kernels/tf/cpu_parallel.h"
-#include "kernels/tf/dynamic_table.h"
+#include "kernels/tf/hash_table_resource.h"
 #include "kernels/tf/table_dtype.h"
 #include "tensorflow/core/framework/op_kernel.h"
 

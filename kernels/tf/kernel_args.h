@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/core/combine.h"
 #include "kernels/core/exchange.h"
 #include "kernels/core/hash_table.h"
+#include "kernels/core/lookup_combine.h"
 #include "kernels/core/row_init.h"
 #include "tensorflow/core/framework/op_kernel.h"
 

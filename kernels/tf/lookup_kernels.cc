@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/core/combine.h"
+#include "kernels/core/lookup_combine.h"
+#include "kernels/core/lookup_unique.h"
+#include "kernels/core/lookup_validate.h"
 #include "kernels/core/prefetch.h"
 #include "kernels/core/stream_store.h"
-#include "kernels/core/unique.h"
-#include "kernels/core/validate.h"
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/table_dtype.h"
 #include "tensorflow/core/framework/op_kernel.h"

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/core/combine.h"
-#include "kernels/core/validate.h"
+#include "kernels/core/lookup_combine.h"
+#include "kernels/core/lookup_validate.h"
 #include "kernels/tf/device.h"
 #include "kernels/tf/input_checks.h"
 #include "kernels/tf/kernel_args.h"
@@ -71,7 +71,7 @@ struct CombineSegments {
 };
 
 // Checks row_splits and inverse (against num_unique rows): *problem gets "" or the first
-// problem, in core/validate.h's words.
+// problem, in core/lookup_validate.h's words.
 template <typename Device>
 struct CombineSegmentChecks {
   static absl::Status Run(tensorflow::OpKernelContext* ctx, const CombineSegments& seg,

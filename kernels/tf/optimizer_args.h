@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "kernels/core/optimizers.h"
+#include "kernels/core/optimizer.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
 namespace sok_lite {

@@ -1,5 +1,5 @@
 // CPU functor and kernel registration of SokLiteSparseApply (kernel class in
-// optimizer_kernels.h); the math lives in kernels/core/optimizers.
+// optimizer_kernels.h); the math lives in kernels/core/optimizer.
 #include "kernels/tf/optimizer_kernels.h"
 
 #include <algorithm>
@@ -7,8 +7,8 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/core/optimizers.h"
-#include "kernels/core/unique.h"
+#include "kernels/core/lookup_unique.h"
+#include "kernels/core/optimizer.h"
 #include "kernels/tf/cpu_parallel.h"
 #include "tensorflow/core/framework/op_kernel.h"
 

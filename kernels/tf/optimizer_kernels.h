@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/core/optimizers.h"
+#include "kernels/core/optimizer.h"
 #include "kernels/tf/device.h"
 #include "kernels/tf/input_checks.h"
 #include "kernels/tf/optimizer_args.h"

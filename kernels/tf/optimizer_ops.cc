@@ -47,7 +47,7 @@ dtype: the gradients' and slots' dtype. `var` holds dtype, or with float32 gradi
   float16: its rows are then updated in float32 and rounded back (bfloat16 stochastically,
   float16 to nearest even). Beside such a 16-bit `var` the slots may all be bfloat16 instead
   of float32: widened, updated in float32 and rounded back stochastically as well.
-hyper: [learning_rate, weight_decay, optimizer parameters...] (see kernels/core/optimizers.h).
+hyper: [learning_rate, weight_decay, optimizer parameters...] (see kernels/core/optimizer.h).
 step: the optimizer step being applied; with rounding_seed it draws the stochastic rounding.
 kind: sgd | momentum | nesterov | adam | amsgrad | adagrad | rmsprop | ftrl | adamax | adadelta.
 row_stride, row_offset: the global row of local row r is r * row_stride + row_offset, so that

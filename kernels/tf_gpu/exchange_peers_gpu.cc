@@ -13,11 +13,11 @@
 #include "kernels/cuda/sok_lite_cuda.h"
 #include "kernels/tf/exchange_kernels.h"
 #include "kernels/tf/table_dtype.h"
-#include "kernels/tf_gpu/dynamic_peers_gpu.h"
-#include "kernels/tf_gpu/dynamic_table_gpu.h"
+#include "kernels/tf_gpu/check_segments_gpu.h"
+#include "kernels/tf_gpu/exchange_id_message_gpu.h"
+#include "kernels/tf_gpu/exchange_peers_hash_table_gpu.h"
 #include "kernels/tf_gpu/gpu_util.h"
-#include "kernels/tf_gpu/id_message.h"
-#include "kernels/tf_gpu/segment_checks.h"
+#include "kernels/tf_gpu/hash_table_resource_gpu.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
 namespace sok_lite {
@@ -44,8 +44,8 @@ absl::Status IdMessageParser<GPUDevice>::Parse(OpKernelContext* ctx, int first, 
   return ParseDeviceIdMessage(ctx, ctx->input(first), ctx->input(first + 1), num_tables, parsed);
 }
 
-// Static tables first, then hash tables (dynamic_peers_gpu.h). Rows are read in place under
-// shared locks, taken in address order and held until every gather is queued, so that the
+// Static tables first, then hash tables (exchange_peers_hash_table_gpu.h). Rows are read in place
+// under shared locks, taken in address order and held until every gather is queued, so that the
 // checked shapes are the ones read; every range check comes back in one wait.
 template <>
 template <>

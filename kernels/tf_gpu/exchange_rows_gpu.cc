@@ -6,8 +6,8 @@
 
 #include "kernels/cuda/sok_lite_cuda.h"
 #include "kernels/tf/exchange_kernels.h"
+#include "kernels/tf_gpu/check_segments_gpu.h"
 #include "kernels/tf_gpu/gpu_util.h"
-#include "kernels/tf_gpu/segment_checks.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
 namespace sok_lite {

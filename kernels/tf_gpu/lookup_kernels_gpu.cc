@@ -6,13 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "kernels/core/combine.h"
-#include "kernels/core/validate.h"
+#include "kernels/core/lookup_combine.h"
+#include "kernels/core/lookup_validate.h"
 #include "kernels/cuda/sok_lite_cuda.h"
 #include "kernels/tf/lookup_kernels.h"
+#include "kernels/tf_gpu/check_segments_gpu.h"
 #include "kernels/tf_gpu/gpu_util.h"
-#include "kernels/tf_gpu/ragged_checks.h"
-#include "kernels/tf_gpu/segment_checks.h"
+#include "kernels/tf_gpu/lookup_validate_gpu.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
 namespace sok_lite {
@@ -26,13 +26,13 @@ using ::tensorflow::Tensor;
 static_assert(static_cast<int>(Combiner::kSum) == SOK_LITE_CUDA_SUM &&
                   static_cast<int>(Combiner::kMean) == SOK_LITE_CUDA_MEAN &&
                   static_cast<int>(Combiner::kSqrtn) == SOK_LITE_CUDA_SQRTN,
-              "the CUDA combiner codes follow kernels/core/combine.h");
+              "the CUDA combiner codes follow kernels/core/lookup_combine.h");
 
 namespace {
 
 // After a failed device check (problem not empty): the first problem in the CPU kernel's words,
-// from core/validate.h's checks on a host copy of the inputs (error paths only), so that both
-// devices give the same message. ids or inverse is null when not checked.
+// from core/lookup_validate.h's checks on a host copy of the inputs (error paths only), so that
+// both devices give the same message. ids or inverse is null when not checked.
 absl::Status CpuWords(OpKernelContext* ctx, const int64_t* row_splits, int64_t batch, int64_t n,
                       const int64_t* ids, int64_t num_rows, int64_t hotness, const int32_t* inverse,
                       int64_t num_unique, std::string* problem) {

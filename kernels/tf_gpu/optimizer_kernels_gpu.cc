@@ -5,12 +5,12 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/core/optimizers.h"
+#include "kernels/core/optimizer.h"
 #include "kernels/cuda/sok_lite_cuda.h"
 #include "kernels/tf/optimizer_kernels.h"
+#include "kernels/tf_gpu/check_segments_gpu.h"
 #include "kernels/tf_gpu/gpu_util.h"
-#include "kernels/tf_gpu/ragged_checks.h"
-#include "kernels/tf_gpu/segment_checks.h"
+#include "kernels/tf_gpu/lookup_validate_gpu.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
 namespace sok_lite {

@@ -1,20 +1,77 @@
 // A C ABI over a few kernels/core functions and kernels/core/cpu_gpu_rules.h, so that
-// test_core_without_tf.py can call them through ctypes without TensorFlow. Arrays are
-// caller-owned; every function handles n elements.
+// test_core_without_tf.py and test_open_index.py can call them through ctypes without TensorFlow.
+// Arrays are caller-owned; every function handles n elements.
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
-#include "kernels/core/combine.h"
 #include "kernels/core/cpu_gpu_rules.h"
 #include "kernels/core/exchange.h"
 #include "kernels/core/half_rows.h"
+#include "kernels/core/hash_table_record.h"
 #include "kernels/core/huge_pages.h"
-#include "kernels/core/optimizers.h"
-#include "kernels/core/unique.h"
+#include "kernels/core/lookup_combine.h"
+#include "kernels/core/lookup_unique.h"
+#include "kernels/core/open_index.h"
+#include "kernels/core/optimizer.h"
 
 using sok_lite::Combiner;
 using sok_lite::OptimizerKind;
+
+namespace {
+
+sok_lite::OptimizerHyper Hyper(double lr, double weight_decay, const double* p, int num_p) {
+  sok_lite::OptimizerHyper h;
+  h.lr = lr;
+  h.weight_decay = weight_decay;
+  h.p.assign(p, p + num_p);
+  return h;
+}
+
+// ApplyHalfRows on a 16-bit var with slots of type S (float32, or bfloat16 bit patterns).
+template <typename S>
+void ApplyHalf(int kind, const sok_lite::OptimizerHyper& h, int64_t dim, const int64_t* rows,
+               const float* grads, int64_t n, uint16_t* var, S* const* slots, int num_slots,
+               int format, uint64_t seed, int64_t step, int64_t row_stride, int64_t row_offset) {
+  sok_lite::HalfRounding rounding;
+  rounding.format = static_cast<sok_lite::HalfFormat>(format);
+  rounding.seed = seed;
+  rounding.step = step;
+  rounding.row_stride = row_stride;
+  rounding.row_offset = row_offset;
+  const std::vector<S*> slot_list(slots, slots + num_slots);
+  sok_lite::ApplyHalfRows(static_cast<OptimizerKind>(kind), h, dim, rows, grads, 0, n, var,
+                          slot_list, rounding);
+}
+
+// The open-addressing indexes (kernels/core/open_index.h) behind a void*: kind 0 is HashTable's
+// RAM index (int64 values), 1 the disk tier's (uint32 values). Values cross as int64; an absent
+// key reads -1 from either.
+template <typename F>
+auto WithIndex(void* index, int kind, F fn) {
+  if (kind == 0) return fn(static_cast<sok_lite::RowIndex*>(index), int64_t{-1});
+  return fn(static_cast<sok_lite::SlotIndex*>(index), int64_t{UINT32_MAX});
+}
+
+// The value an index stores for v, and the int64 the caller gets back for a value it returned.
+template <typename V, V kEmpty>
+V Stored(sok_lite::OpenIndex<V, kEmpty>*, int64_t v) {
+  return static_cast<V>(v);
+}
+int64_t Returned(int64_t v, int64_t empty) { return v == empty ? -1 : v; }
+
+// A RecordLayout from [dim, num_slots, half, format].
+sok_lite::RecordLayout Layout(const int64_t* desc) {
+  sok_lite::RecordLayout layout;
+  layout.dim = desc[0];
+  layout.num_slots = static_cast<int>(desc[1]);
+  layout.half = desc[2] != 0;
+  layout.format = static_cast<sok_lite::HalfFormat>(desc[3]);
+  return layout;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -86,12 +143,9 @@ void sok_core_combine(const float* rows, int64_t dim, const int32_t* inverse,
 void sok_core_apply_rows(int kind, double lr, double weight_decay, const double* p, int num_p,
                          int64_t dim, const int64_t* rows, const float* grads, int64_t n,
                          float* var, float* const* slots, int num_slots) {
-  sok_lite::OptimizerHyper h;
-  h.lr = lr;
-  h.weight_decay = weight_decay;
-  h.p.assign(p, p + num_p);
   const std::vector<float*> slot_list(slots, slots + num_slots);
-  sok_lite::ApplyRows(static_cast<OptimizerKind>(kind), h, dim, rows, grads, 0, n, var, slot_list);
+  sok_lite::ApplyRows(static_cast<OptimizerKind>(kind), Hyper(lr, weight_decay, p, num_p), dim,
+                      rows, grads, 0, n, var, slot_list);
 }
 
 // Huge-page advice for [p, p + bytes): 1 if given by this call.
@@ -129,19 +183,8 @@ void sok_core_apply_half_rows(int kind, double lr, double weight_decay, const do
                               int64_t dim, const int64_t* rows, const float* grads, int64_t n,
                               uint16_t* var, float* const* slots, int num_slots, int format,
                               uint64_t seed, int64_t step, int64_t row_stride, int64_t row_offset) {
-  sok_lite::OptimizerHyper h;
-  h.lr = lr;
-  h.weight_decay = weight_decay;
-  h.p.assign(p, p + num_p);
-  const std::vector<float*> slot_list(slots, slots + num_slots);
-  sok_lite::HalfRounding rounding;
-  rounding.format = static_cast<sok_lite::HalfFormat>(format);
-  rounding.seed = seed;
-  rounding.step = step;
-  rounding.row_stride = row_stride;
-  rounding.row_offset = row_offset;
-  sok_lite::ApplyHalfRows(static_cast<OptimizerKind>(kind), h, dim, rows, grads, 0, n, var,
-                          slot_list, rounding);
+  ApplyHalf(kind, Hyper(lr, weight_decay, p, num_p), dim, rows, grads, n, var, slots, num_slots,
+            format, seed, step, row_stride, row_offset);
 }
 
 // The same with bfloat16 slots (bit patterns).
@@ -151,19 +194,138 @@ void sok_core_apply_half_rows_bf16_slots(int kind, double lr, double weight_deca
                                          uint16_t* const* slots, int num_slots, int format,
                                          uint64_t seed, int64_t step, int64_t row_stride,
                                          int64_t row_offset) {
-  sok_lite::OptimizerHyper h;
-  h.lr = lr;
-  h.weight_decay = weight_decay;
-  h.p.assign(p, p + num_p);
-  const std::vector<uint16_t*> slot_list(slots, slots + num_slots);
-  sok_lite::HalfRounding rounding;
-  rounding.format = static_cast<sok_lite::HalfFormat>(format);
-  rounding.seed = seed;
-  rounding.step = step;
-  rounding.row_stride = row_stride;
-  rounding.row_offset = row_offset;
-  sok_lite::ApplyHalfRows(static_cast<OptimizerKind>(kind), h, dim, rows, grads, 0, n, var,
-                          slot_list, rounding);
+  ApplyHalf(kind, Hyper(lr, weight_decay, p, num_p), dim, rows, grads, n, var, slots, num_slots,
+            format, seed, step, row_stride, row_offset);
+}
+
+// --- open-addressing indexes (kernels/core/open_index.h); kind: see WithIndex ------------------
+
+void* sok_index_new(int kind) {
+  if (kind == 0) return new sok_lite::RowIndex();
+  return new sok_lite::SlotIndex();
+}
+
+void sok_index_free(void* index, int kind) {
+  WithIndex(index, kind, [](auto* ix, int64_t) { delete ix; });
+}
+
+int64_t sok_index_capacity_for(int64_t keys) { return sok_lite::IndexCapacityFor(keys); }
+
+int64_t sok_index_entry_bytes(int kind) {
+  return WithIndex(nullptr, kind, [](auto* ix, int64_t) {
+    return static_cast<int64_t>(sizeof(typename std::remove_pointer_t<decltype(ix)>::Entry));
+  });
+}
+
+// Stores keys[i] -> values[i] (keys not stored yet, values >= 0).
+void sok_index_insert(void* index, int kind, const int64_t* keys, const int64_t* values,
+                      int64_t n) {
+  WithIndex(index, kind, [&](auto* ix, int64_t) {
+    for (int64_t i = 0; i < n; ++i) ix->Insert(keys[i], Stored(ix, values[i]));
+  });
+}
+
+// out[i] = the value of keys[i] or -1, through Get(key) (use_view 0) or a View with the hash
+// computed and prefetched first, as HashTable's probe loops do (use_view 1).
+void sok_index_get(void* index, int kind, const int64_t* keys, int64_t n, int use_view,
+                   int64_t* out) {
+  WithIndex(index, kind, [&](auto* ix, int64_t empty) {
+    const auto view = ix->view();
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t hash = ix->Hash(keys[i]);
+      if (use_view) view.Prefetch(hash);
+      const int64_t v = use_view ? view.Get(keys[i], hash) : ix->Get(keys[i]);
+      out[i] = Returned(v, empty);
+    }
+  });
+}
+
+// Sets the stored value of each key of keys[0, n) that is stored (through Find); returns how many
+// were.
+int64_t sok_index_update(void* index, int kind, const int64_t* keys, const int64_t* values,
+                         int64_t n) {
+  return WithIndex(index, kind, [&](auto* ix, int64_t) {
+    int64_t found = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      auto* at = ix->Find(keys[i]);
+      if (at) {
+        *at = Stored(ix, values[i]);
+        ++found;
+      }
+    }
+    return found;
+  });
+}
+
+// out[i] = the value keys[i] had before it was erased, or -1 if it was not stored.
+void sok_index_erase(void* index, int kind, const int64_t* keys, int64_t n, int64_t* out) {
+  WithIndex(index, kind, [&](auto* ix, int64_t empty) {
+    for (int64_t i = 0; i < n; ++i) out[i] = Returned(ix->Erase(keys[i]), empty);
+  });
+}
+
+// stats = [size, capacity, allocated bytes, consistent (1/0)].
+void sok_index_stats(void* index, int kind, int64_t* stats) {
+  WithIndex(index, kind, [&](auto* ix, int64_t) {
+    stats[0] = ix->size();
+    stats[1] = ix->capacity();
+    stats[2] = ix->allocated_bytes();
+    stats[3] = ix->Consistent() ? 1 : 0;
+  });
+}
+
+void sok_index_rehash(void* index, int kind, int64_t capacity) {
+  WithIndex(index, kind, [&](auto* ix, int64_t) { ix->Rehash(capacity); });
+}
+
+void sok_index_clear(void* index, int kind) {
+  WithIndex(index, kind, [](auto* ix, int64_t) { ix->Clear(); });
+}
+
+// Every stored (key, value) in entry order into keys/values (room for size()); returns the count.
+int64_t sok_index_items(void* index, int kind, int64_t* keys, int64_t* values) {
+  return WithIndex(index, kind, [&](auto* ix, int64_t) {
+    int64_t n = 0;
+    ix->ForEach([&](int64_t key, auto value) {
+      keys[n] = key;
+      values[n++] = static_cast<int64_t>(value);
+    });
+    return n;
+  });
+}
+
+// --- the record layout of HashTable (kernels/core/hash_table_record.h) -------------------------
+// desc = [dim, num_slots, half (0/1), format (0 bfloat16, 1 float16)].
+
+// out = [value_words, stride, row_width, slot_offset(0), ..., slot_offset(num_slots - 1)].
+void sok_record_layout(const int64_t* desc, int64_t* out) {
+  const sok_lite::RecordLayout layout = Layout(desc);
+  out[0] = layout.value_words();
+  out[1] = layout.stride();
+  out[2] = layout.row_width();
+  for (int s = 0; s < layout.num_slots; ++s) out[3 + s] = layout.slot_offset(s);
+}
+
+void sok_record_write_row(const int64_t* desc, const float* row, int with_slots, float* record) {
+  Layout(desc).WriteRow(row, with_slots != 0, record);
+}
+
+void sok_record_read_row(const int64_t* desc, const float* record, int with_slots, float* out) {
+  Layout(desc).ReadRow(record, with_slots != 0, out);
+}
+
+void sok_record_accumulate(const int64_t* desc, const float* record, float w, int first,
+                           float* acc) {
+  Layout(desc).AccumulateValue(record, w, first != 0, acc);
+}
+
+void sok_record_write_updated_row(const int64_t* desc, const float* row, uint64_t seed, int64_t key,
+                                  int64_t step, float* record) {
+  Layout(desc).WriteUpdatedRow(row, seed, key, step, record);
+}
+
+void sok_record_round_as_stored(const int64_t* desc, float* value) {
+  Layout(desc).RoundAsStored(value);
 }
 
 }  // extern "C"

@@ -1,13 +1,10 @@
 """kernels/core without TensorFlow: core_capi.cc (a C ABI over the core functions and
-kernels/core/cpu_gpu_rules.h) is built with the system C++ compiler and called through ctypes,
+kernels/core/cpu_gpu_rules.h, built by conftest.py) is called through ctypes,
 against NumPy references on random inputs; sok_lite/tables/key_hash.py is checked against the
 C++ key hash and owner rules. Skipped only where no C++ compiler exists.
 """
 
 import ctypes
-import importlib.util
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,21 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-CORE_SOURCES = ["unique.cc", "combine.cc", "optimizers.cc", "huge_pages.cc"]
+from tests.core.capi_build import ROOT, bind, load_key_hash
+
 I64_MIN, I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 EXTREMES = np.array([I64_MIN, I64_MIN + 1, -(2**32), -2, -1, 0, 1, 2, 2**32, I64_MAX - 1, I64_MAX])
 RANKS = [1, 2, 3, 7, 8, 1000, 2**31 + 11]
-
-
-def load_key_hash():
-    # By path: `import sok_lite.tables.key_hash` would run sok_lite/__init__.py, which imports TF.
-    spec = importlib.util.spec_from_file_location(
-        "key_hash", ROOT / "sok_lite" / "tables" / "key_hash.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 key_hash = load_key_hash()
@@ -81,40 +68,18 @@ SIGNATURES = {
 }
 
 
-def find_cxx():
-    candidates = [os.environ.get("CXX"), shutil.which("g++"), shutil.which("c++")]
-    return next((c for c in candidates if c and shutil.which(c)), None)
-
-
-def build_core(tmp_path_factory, *defines):
-    cxx = find_cxx()
-    if cxx is None:
-        pytest.skip("no C++ compiler")
-    lib = tmp_path_factory.mktemp("core_capi") / "libcore_capi.so"
-    sources = [ROOT / "tests/core/core_capi.cc"] + [ROOT / "kernels/core" / s for s in CORE_SOURCES]
-    cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-Wall", f"-I{ROOT}", "-o", str(lib)]
-    cmd += [f"-D{d}" for d in defines]
-    built = subprocess.run(cmd + [str(s) for s in sources], capture_output=True, text=True)
-    assert built.returncode == 0, built.stdout + built.stderr
-    dll = ctypes.CDLL(str(lib))
-    for name, (restype, argtypes) in SIGNATURES.items():
-        fn = getattr(dll, name)
-        fn.restype, fn.argtypes = restype, argtypes
-    return dll
-
-
 @pytest.fixture(scope="module")
-def core(tmp_path_factory):
-    return build_core(tmp_path_factory)
+def core(core_capi_library):
+    return bind(core_capi_library, SIGNATURES)
 
 
 @pytest.fixture(scope="module", params=["dispatched", "baseline"])
-def half_core(request, tmp_path_factory):
+def half_core(request):
     """The core library as built (16-bit row conversions dispatched at load time: the AVX2
     clone on a CPU that has it) and built without the clones (baseline x86-64 code)."""
     if request.param == "dispatched":
         return request.getfixturevalue("core")
-    return build_core(tmp_path_factory, "SOK_LITE_NO_TARGET_CLONES")
+    return bind(request.getfixturevalue("baseline_core_capi_library"), SIGNATURES)
 
 
 def many_keys(rng, n=20000):

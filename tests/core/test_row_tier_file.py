@@ -1,13 +1,11 @@
 """The disk tier of the hash table without TF: tests/core/tier_capi.cc (HashTable, with and
-without kernels/core/row_tier_file.cc) built with the system C++ compiler and driven through
-ctypes. A tiered table whose RAM budget holds a quarter of its rows must give the same bits as a
-RAM table for the same keys and steps; bad files and failing writes give errors, never a crash,
-and lose no row.
+without its RowTierFile, kernels/core/hash_table_tier_file.cc) built with the system C++ compiler
+and driven through ctypes. A tiered table whose RAM budget holds a quarter of its rows must give
+the same bits as a RAM table for the same keys and steps; bad files and failing writes give
+errors, never a crash, and lose no row.
 """
 
 import ctypes
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ["hash_table.cc", "hash_table_tier.cc", "hash_table_combine.cc", "hash_table_rows.cc"]
-SOURCES += ["row_tier_file.cc"]
-SOURCES += ["row_init.cc"]
+from tests.core.capi_build import ROOT, bind, build
+
+# HashTable's sources (every kernels/core/hash_table*.cc) and what they call.
+SOURCES = sorted(p.name for p in (ROOT / "kernels" / "core").glob("hash_table*.cc"))
+SOURCES += ["open_index.cc", "row_init.cc"]
 I64_MIN = np.iinfo(np.int64).min
 DIM = 32
 ERR = 512
@@ -31,21 +30,7 @@ BUDGET = 96 << 10
 SEGMENT = 8 << 10
 
 
-def build(out_dir: Path) -> Path:
-    cxx = next((c for c in (os.environ.get("CXX"), "g++", "c++") if c and shutil.which(c)), None)
-    if cxx is None:
-        pytest.skip("no C++ compiler")
-    lib = out_dir / "libtier_capi.so"
-    sources = [ROOT / "tests/core/tier_capi.cc"] + [ROOT / "kernels/core" / s for s in SOURCES]
-    cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-Wall", "-Wl,--no-undefined"]
-    cmd += [f"-I{ROOT}", "-o", str(lib)] + [str(s) for s in sources]
-    built = subprocess.run(cmd, capture_output=True, text=True)
-    assert built.returncode == 0, built.stdout + built.stderr
-    return lib
-
-
 def load(lib_path) -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(lib_path))
     P = np.ctypeslib.ndpointer
     I64, F32 = P(np.int64, flags="C"), P(np.float32, flags="C")
     i64, s, vp = ctypes.c_int64, ctypes.c_char_p, ctypes.c_void_p
@@ -59,21 +44,18 @@ def load(lib_path) -> ctypes.CDLL:
         "sok_tier_assign": (ctypes.c_int, [vp, I64, i64, F32, ctypes.c_int, i64, s, i64]),
         "sok_tier_stride": (i64, [vp]),
         "sok_tier_size": (i64, [vp]),
-        "sok_tier_count_since": (i64, [vp, i64]),
-        "sok_tier_evict": (i64, [vp, i64]),
+        "sok_tier_count_since": (i64, [vp, i64, s, i64]),
+        "sok_tier_evict": (i64, [vp, i64, s, i64]),
         "sok_tier_clear": (None, [vp]),
         "sok_tier_stats": (None, [vp, I64]),
         "sok_tier_export": (i64, [vp, i64, i64, i64, I64, F32, s, i64]),
     }
-    for name, (res, args) in sigs.items():
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = res, args
-    return lib
+    return bind(lib_path, sigs)
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    return load(build(tmp_path_factory.mktemp("tier_capi")))
+    return load(build(tmp_path_factory.mktemp("tier_capi"), "tier_capi.cc", SOURCES))
 
 
 class Table:
@@ -131,6 +113,18 @@ class Table:
         names = "rows_ram rows_disk bytes_ram bytes_disk ram_budget hits misses spills evictions"
         return dict(zip(names.split(), out.tolist()))
 
+    def count_since(self, since):
+        err = ctypes.create_string_buffer(ERR)
+        n = self.lib.sok_tier_count_since(self.h, since, err, ERR)
+        self._check(n < 0, err)
+        return n
+
+    def evict(self, steps_unseen):
+        err = ctypes.create_string_buffer(ERR)
+        n = self.lib.sok_tier_evict(self.h, steps_unseen, err, ERR)
+        self._check(n < 0, err)
+        return n
+
     def export(self, since=I64_MIN, chunk=97):
         stride = self.lib.sok_tier_stride(self.h)
         cap = self.lib.sok_tier_size(self.h)
@@ -143,7 +137,7 @@ class Table:
         order = np.argsort(keys[:n])
         return keys[:n][order], rows[:n][order]
 
-    def __getattr__(self, name):  # size, count_since, evict, clear
+    def __getattr__(self, name):  # size, clear
         fn = getattr(self.lib, "sok_tier_" + name)
         return lambda *args: fn(self.h, *args)
 
@@ -314,7 +308,7 @@ def test_corrupted_file_is_an_error(lib, tmp_path):
 DISK_FULL = """
 import resource, signal, sys
 import numpy as np
-sys.path.insert(0, {here!r})
+sys.path[:0] = [{here!r}, {root!r}]
 from test_row_tier_file import Table, load, train, DIM, BUDGET
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 lib = load({lib!r})
@@ -348,7 +342,7 @@ print("ASSIGN KEPT", np.array_equal(ka, kb) and np.array_equal(ra, rb))
 def test_disk_full_keeps_rows(lib, tmp_path):
     lib_path = next(Path(lib._name).parent.glob("*.so"))
     code = DISK_FULL.format(
-        here=str(Path(__file__).parent), lib=str(lib_path), dir=str(tmp_path / "t")
+        here=str(Path(__file__).parent), root=str(ROOT), lib=str(lib_path), dir=str(tmp_path / "t")
     )
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120

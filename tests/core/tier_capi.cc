@@ -99,15 +99,17 @@ int sok_tier_assign(void* t, const int64_t* keys, int64_t n, const float* rows, 
 
 int64_t sok_tier_stride(void* t) { return static_cast<sok_lite::HashTable*>(t)->stride(); }
 int64_t sok_tier_size(void* t) { return static_cast<sok_lite::HashTable*>(t)->size(); }
-int64_t sok_tier_count_since(void* t, int64_t since) {
-  int64_t n = -1;  // -1: the file could not be read
-  static_cast<sok_lite::HashTable*>(t)->CountSince(since, &n);
-  return n;
+// The rows changed since `since`, or -1 with err.
+int64_t sok_tier_count_since(void* t, int64_t since, char* err, int64_t err_len) {
+  int64_t n = 0;
+  auto* table = static_cast<sok_lite::HashTable*>(t);
+  return Report(table->CountSince(since, &n), err, err_len) ? -1 : n;
 }
-int64_t sok_tier_evict(void* t, int64_t steps) {
-  int64_t evicted = -1;  // -1: the file could not be read
-  static_cast<sok_lite::HashTable*>(t)->EvictUnseen(steps, &evicted);
-  return evicted;
+// Evicts the rows unseen for `steps` lookup steps; returns how many, or -1 with err.
+int64_t sok_tier_evict(void* t, int64_t steps, char* err, int64_t err_len) {
+  int64_t evicted = 0;
+  auto* table = static_cast<sok_lite::HashTable*>(t);
+  return Report(table->EvictUnseen(steps, &evicted), err, err_len) ? -1 : evicted;
 }
 void sok_tier_clear(void* t) { static_cast<sok_lite::HashTable*>(t)->Clear(); }
 

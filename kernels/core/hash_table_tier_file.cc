@@ -1,0 +1,575 @@
+#include "kernels/core/hash_table_tier_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <utility>
+
+#include "kernels/core/cpu_gpu_rules.h"
+
+namespace sok_lite {
+namespace {
+
+// Record: key and bookkeeping (RowMeta), a checksum, then the row's floats, padded to 8 bytes.
+constexpr int64_t kHeaderBytes = sizeof(RowMeta) + sizeof(uint64_t);
+// Adjacent records are read or written by one call of at most this many bytes.
+constexpr int64_t kMaxRunBytes = int64_t{4} << 20;
+
+[[nodiscard]] std::string Errno(const std::string& what) {
+  return what + ": " + std::strerror(errno);
+}
+
+// mkdir -p: every missing component of dir.
+[[nodiscard]] std::string MakeDirs(const std::string& dir) {
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos < dir.size() && dir[pos] != '/') continue;
+    const std::string part = dir.substr(0, pos);
+    struct stat st;
+    if (stat(part.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) return "'" + part + "' is not a directory";
+      continue;
+    }
+    if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
+      return Errno("cannot create directory '" + part + "'");
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+void RunSerially(int64_t n, const std::function<void(int64_t, int64_t)>& fn) { fn(0, n); }
+
+RowTierFile::RowTierFile(std::string path, int fd, int64_t stride, int64_t segment_bytes,
+                         std::string label)
+    : path_(std::move(path)),
+      fd_(fd),
+      stride_(stride),
+      record_bytes_((kHeaderBytes + stride * sizeof(float) + 7) / 8 * 8),
+      segment_bytes_(segment_bytes),
+      // At most 8,192 records: narrow rows need no longer writes, and the budget charges the
+      // slots of a few segments whatever the table's size.
+      segment_records_(std::clamp<int64_t>(segment_bytes / record_bytes_, 1, 8192)),
+      label_(std::move(label)) {}
+
+RowTierFile::~RowTierFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+std::string RowTierFile::MoveTo(const std::string& path) {
+  if (rename(path_.c_str(), path.c_str()) != 0) {
+    return Prefix() + "disk tier: " + Errno("cannot move '" + path_ + "' to '" + path + "'");
+  }
+  path_ = path;
+  return "";
+}
+
+std::string RowTierFile::Open(const std::string& dir, int64_t stride, const std::string& label,
+                              int64_t segment_bytes, std::unique_ptr<RowTierFile>* out) {
+  std::string problem = MakeDirs(dir);
+  if (!problem.empty()) return (label.empty() ? "" : label + ": ") + "disk tier: " + problem;
+  const std::string path = dir + "/rows.bin";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return (label.empty() ? "" : label + ": ") +
+           "disk tier: " + Errno("cannot open '" + path + "'");
+  out->reset(new RowTierFile(path, fd, stride, segment_bytes, label));
+  return "";
+}
+
+void RowTierFile::MoveFrom(RowTierFile* other) {
+  std::swap(fd_, other->fd_);  // other closes our old file
+  stride_ = other->stride_;
+  record_bytes_ = other->record_bytes_;
+  segment_records_ = other->segment_records_;
+  index_ = std::move(other->index_);
+  used_ = std::move(other->used_);
+  segment_live_ = std::move(other->segment_live_);
+  empty_segments_ = std::move(other->empty_segments_);
+  num_segments_ = other->num_segments_;
+  open_segment_ = other->open_segment_;
+  open_fill_ = other->open_fill_;
+  file_bytes_ = other->file_bytes_;
+}
+
+int64_t RowTierFile::IndexBytes() const {
+  return index_.allocated_bytes() + used_.capacity() * sizeof(uint64_t) +
+         (segment_live_.capacity() + empty_segments_.capacity()) * sizeof(uint32_t);
+}
+
+int64_t RowTierFile::IndexBytesFor(int64_t rows) const {
+  // At most twice the live records plus the open segment and one being cleaned (see Clean).
+  const int64_t slots = 2 * rows + 3 * segment_records_;
+  const int64_t segments = slots / segment_records_ + 1;
+  const int64_t bound = IndexCapacityFor(rows) * static_cast<int64_t>(sizeof(SlotIndex::Entry)) +
+                        slots / 8 + 2 * segments * static_cast<int64_t>(sizeof(uint32_t));
+  return std::max(bound, IndexBytes());
+}
+
+void RowTierFile::SetUsed(int64_t slot, bool on) {
+  const uint64_t bit = uint64_t{1} << (slot & 63);
+  if (on) {
+    used_[slot >> 6] |= bit;
+  } else {
+    used_[slot >> 6] &= ~bit;
+  }
+}
+
+uint64_t RowTierFile::Checksum(const char* record) const {
+  // The record's 64-bit words but the checksum itself, each mixed with its position (records
+  // swapped between slots of other keys, or words within one, differ) into four independent
+  // multiply-xor lanes: a single serial chain would cost ~4x more per record.
+  constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
+  constexpr int64_t kSkip = sizeof(RowMeta) / 8;
+  const int64_t words = record_bytes_ / 8;
+  uint64_t h[4] = {1, 2, 3, 4};
+  int64_t w = 0;
+  for (; w + 4 <= words; w += 4) {
+    for (int l = 0; l < 4; ++l) {
+      uint64_t word;
+      std::memcpy(&word, record + (w + l) * 8, 8);
+      if (w + l == kSkip) word = 0;
+      h[l] = (h[l] ^ (word + w + l)) * kMul;
+    }
+  }
+  for (; w < words; ++w) {
+    uint64_t word;
+    std::memcpy(&word, record + w * 8, 8);
+    if (w == kSkip) word = 0;  // records of up to 7 words end past the checksum
+    h[0] = (h[0] ^ (word + w)) * kMul;
+  }
+  return SplitMix64Finalizer(h[0] ^ SplitMix64Finalizer(h[1] ^ SplitMix64Finalizer(h[2] ^ h[3])));
+}
+
+namespace {
+
+// Spans [first, last) of `at` ((slot, anything) sorted by slot) whose slots are adjacent, each at
+// most kMaxRunBytes.
+template <typename T>
+std::vector<std::pair<size_t, size_t>> AdjacentSpans(const std::vector<std::pair<int64_t, T>>& at,
+                                                     int64_t record_bytes) {
+  std::vector<std::pair<size_t, size_t>> spans;
+  for (size_t i = 0; i < at.size();) {
+    size_t j = i + 1;
+    while (j < at.size() && at[j].first == at[j - 1].first + 1 &&
+           static_cast<int64_t>(j - i) * record_bytes < kMaxRunBytes) {
+      ++j;
+    }
+    spans.emplace_back(i, j);
+    i = j;
+  }
+  return spans;
+}
+
+// The first error of spans run in parallel: the one of the lowest span, as a serial run gives.
+class FirstError {
+ public:
+  void Set(size_t span, std::string problem) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (problem_.empty() || span < span_) {
+      span_ = span;
+      problem_ = std::move(problem);
+    }
+  }
+  [[nodiscard]] std::string Get() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return problem_;
+  }
+
+ private:
+  std::mutex mu_;
+  size_t span_ = 0;
+  std::string problem_;
+};
+
+}  // namespace
+
+std::string RowTierFile::WriteRecords(const std::vector<std::pair<int64_t, const char*>>& at,
+                                      const ParallelRunner& run) {
+  const auto spans = AdjacentSpans(at, record_bytes_);
+  FirstError error;
+  run(spans.size(), [&](int64_t s0, int64_t s1) {
+    std::vector<char> copy;
+    for (int64_t s = s0; s < s1; ++s) {
+      const auto [i, j] = spans[s];
+      const char* p = at[i].second;
+      bool contiguous = true;  // records already adjacent in memory go out without a copy
+      for (size_t k = i + 1; k < j && contiguous; ++k) {
+        contiguous = at[k].second == at[k - 1].second + record_bytes_;
+      }
+      if (!contiguous) {
+        copy.resize((j - i) * record_bytes_);
+        for (size_t k = i; k < j; ++k) {
+          std::memcpy(copy.data() + (k - i) * record_bytes_, at[k].second, record_bytes_);
+        }
+        p = copy.data();
+      }
+      int64_t left = (j - i) * record_bytes_;
+      off_t offset = at[i].first * record_bytes_;
+      while (left > 0) {
+        const ssize_t w = pwrite(fd_, p, left, offset);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+          if (w == 0) errno = ENOSPC;
+          error.Set(s, Prefix() + "disk tier: " + Errno("cannot write '" + path_ + "'"));
+          return;
+        }
+        p += w;
+        left -= w;
+        offset += w;
+      }
+    }
+  });
+  const std::string problem = error.Get();
+  if (problem.empty() && !at.empty()) {
+    file_bytes_ = std::max<int64_t>(file_bytes_, (at.back().first + 1) * record_bytes_);
+  }
+  return problem;
+}
+
+std::string RowTierFile::ReadSpan(int64_t first, int64_t last, std::vector<char>* buf) const {
+  buf->resize((last - first + 1) * record_bytes_);
+  char* p = buf->data();
+  int64_t left = buf->size();
+  off_t offset = first * record_bytes_;
+  while (left > 0) {
+    const ssize_t r = pread(fd_, p, left, offset);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Prefix() + "disk tier: " + Errno("cannot read '" + path_ + "'");
+    if (r == 0) {
+      return Prefix() + "disk tier file '" + path_ +
+             "' is shorter than its index: it was changed under the table";
+    }
+    p += r;
+    left -= r;
+    offset += r;
+  }
+  return "";
+}
+
+std::string RowTierFile::Verify(const char* record, int64_t slot, const int64_t* key) const {
+  uint64_t sum;
+  std::memcpy(&sum, record + sizeof(RowMeta), sizeof(sum));
+  int64_t stored_key;
+  std::memcpy(&stored_key, record, sizeof(stored_key));
+  bool ok = sum == Checksum(record);
+  if (ok && key) {
+    ok = stored_key == *key;
+  } else if (ok) {  // a scan: the index must place the record's key here
+    ok = static_cast<int64_t>(index_.Get(stored_key)) == slot;  // kEmpty is no slot
+  }
+  if (ok) return "";
+  return Prefix() + "disk tier file '" + path_ + "' is corrupted (record " +
+         (key ? "of key " + std::to_string(*key) : "at slot " + std::to_string(slot)) +
+         " fails its checksum): it was changed under the table";
+}
+
+std::vector<int64_t> RowTierFile::NextSlots(int64_t n) const {
+  std::vector<int64_t> slots;
+  slots.reserve(n);
+  int64_t seg = open_segment_, fill = open_fill_, fresh = num_segments_;
+  size_t empties = empty_segments_.size();
+  while (static_cast<int64_t>(slots.size()) < n) {
+    if (seg < 0 || fill == segment_records_) {
+      seg = empties > 0 ? empty_segments_[--empties] : fresh++;
+      fill = 0;
+    }
+    slots.push_back(seg * segment_records_ + fill++);
+  }
+  return slots;
+}
+
+std::string RowTierFile::Append(int64_t n, const char* records, const int64_t* keys, bool relocate,
+                                const ParallelRunner& run) {
+  if (n == 0) return "";
+  const std::vector<int64_t> slots = NextSlots(n);
+  const int64_t top = *std::max_element(slots.begin(), slots.end());
+  if (top >= static_cast<int64_t>(kEmpty)) {
+    return Prefix() + "disk tier: a file holds at most " + std::to_string(kEmpty) +
+           " records; use more ranks";
+  }
+  std::vector<std::pair<int64_t, const char*>> at(n);
+  for (int64_t i = 0; i < n; ++i) at[i] = {slots[i], records + i * record_bytes_};
+  std::sort(at.begin(), at.end());
+  const int64_t old_bytes = file_bytes_;
+  const std::string problem = WriteRecords(at, run);
+  if (!problem.empty()) {
+    // Nothing was added. Cut back what the file grew by, if anything.
+    file_bytes_ = old_bytes;
+    if (ftruncate(fd_, file_bytes_) != 0) {
+      // The file keeps unused bytes past its last segment: harmless, they are overwritten later.
+    }
+    return problem;
+  }
+  std::vector<int64_t> closed;
+  for (int64_t i = 0; i < n; ++i) {
+    if (open_segment_ < 0 || open_fill_ == segment_records_) {
+      if (open_segment_ >= 0) closed.push_back(open_segment_);
+      if (!empty_segments_.empty()) {
+        open_segment_ = empty_segments_.back();
+        empty_segments_.pop_back();
+      } else {
+        open_segment_ = num_segments_++;
+        segment_live_.push_back(0);
+        used_.resize((num_segments_ * segment_records_ + 63) / 64, 0);
+      }
+      open_fill_ = 0;
+    }
+    const int64_t slot = open_segment_ * segment_records_ + open_fill_++;
+    SetUsed(slot, true);
+    ++segment_live_[open_segment_];
+    if (relocate) {  // the key moves: its old record becomes dead
+      uint32_t* at = index_.Find(keys[i]);
+      SetUsed(*at, false);
+      --segment_live_[*at / segment_records_];
+      *at = slot;
+    } else {
+      index_.Insert(keys[i], slot);
+    }
+  }
+  for (int64_t seg : closed) {
+    if (segment_live_[seg] == 0) empty_segments_.push_back(seg);
+  }
+  return "";
+}
+
+int64_t RowTierFile::DeadRecords() const {
+  int64_t written =
+      (num_segments_ - static_cast<int64_t>(empty_segments_.size())) * segment_records_;
+  if (open_segment_ >= 0) written -= segment_records_ - open_fill_;
+  return written - index_.size();
+}
+
+std::string RowTierFile::Clean() {
+  std::vector<char> buf;
+  while (DeadRecords() > std::max<int64_t>(index_.size(), 2 * segment_records_)) {
+    int64_t victim = -1;  // the closed segment with the fewest live records
+    for (int64_t s = 0; s < num_segments_; ++s) {
+      if (s == open_segment_ || segment_live_[s] == 0) continue;
+      if (victim < 0 || segment_live_[s] < segment_live_[victim]) victim = s;
+    }
+    if (victim < 0) break;
+    const int64_t first = victim * segment_records_;
+    std::string problem = ReadSpan(first, first + segment_records_ - 1, &buf);
+    if (!problem.empty()) return problem;
+    std::vector<char> live;
+    std::vector<int64_t> keys;
+    for (int64_t k = 0; k < segment_records_; ++k) {
+      if (!Used(first + k)) continue;
+      const char* rec = buf.data() + k * record_bytes_;
+      problem = Verify(rec, first + k, nullptr);
+      if (!problem.empty()) return problem;
+      int64_t key;
+      std::memcpy(&key, rec, sizeof(key));
+      keys.push_back(key);
+      live.insert(live.end(), rec, rec + record_bytes_);
+    }
+    problem = Append(keys.size(), live.data(), keys.data(), true, RunSerially);
+    if (!problem.empty()) return problem;
+    if (segment_live_[victim] == 0) empty_segments_.push_back(victim);
+  }
+  return "";
+}
+
+std::string RowTierFile::Write(int64_t n, const RowMeta* metas, const float* const* rows,
+                               const ParallelRunner& run) {
+  if (n == 0) return "";
+  // Reclaim dead records first: if that fails, nothing is added.
+  std::string problem = Clean();
+  if (!problem.empty()) return problem;
+  std::unique_ptr<char[]> records(new char[n * record_bytes_]);  // written in full below
+  std::vector<int64_t> keys(n);
+  const int64_t row_bytes = stride_ * sizeof(float);
+  run(n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      char* rec = records.get() + i * record_bytes_;
+      std::memcpy(rec, &metas[i], sizeof(RowMeta));
+      std::memcpy(rec + kHeaderBytes, rows[i], row_bytes);
+      std::memset(rec + kHeaderBytes + row_bytes, 0, record_bytes_ - kHeaderBytes - row_bytes);
+      const uint64_t sum = Checksum(rec);
+      std::memcpy(rec + sizeof(RowMeta), &sum, sizeof(sum));
+      keys[i] = metas[i].key;
+    }
+  });
+  return Append(n, records.get(), keys.data(), false, run);
+}
+
+std::string RowTierFile::Read(int64_t n, const int64_t* keys, RowMeta* metas, float* rows,
+                              const ParallelRunner& run) const {
+  std::vector<std::pair<int64_t, int64_t>> order(n);  // (slot, i)
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t slot = index_.Get(keys[i]);
+    if (slot == kEmpty) {
+      return Prefix() + "disk tier: key " + std::to_string(keys[i]) + " is not on disk";
+    }
+    order[i] = {slot, i};
+  }
+  std::sort(order.begin(), order.end());
+  const auto spans = AdjacentSpans(order, record_bytes_);
+  FirstError error;
+  run(spans.size(), [&](int64_t s0, int64_t s1) {
+    std::vector<char> buf;
+    for (int64_t s = s0; s < s1; ++s) {
+      const auto [i, j] = spans[s];
+      std::string problem = ReadSpan(order[i].first, order[j - 1].first, &buf);
+      for (size_t k = i; k < j && problem.empty(); ++k) {
+        const char* rec = buf.data() + (k - i) * record_bytes_;
+        const int64_t idx = order[k].second;
+        problem = Verify(rec, order[k].first, &keys[idx]);
+        if (problem.empty()) {
+          std::memcpy(&metas[idx], rec, sizeof(RowMeta));
+          std::memcpy(rows + idx * stride_, rec + kHeaderBytes, stride_ * sizeof(float));
+        }
+      }
+      if (!problem.empty()) {
+        error.Set(s, problem);
+        return;
+      }
+    }
+  });
+  return error.Get();
+}
+
+std::string RowTierFile::Scan(int64_t start, const std::function<bool(int64_t, const char*)>& fn,
+                              int64_t* next) const {
+  const int64_t total = num_segments_ * segment_records_;
+  std::vector<char> buf;
+  int64_t s = std::max<int64_t>(start, 0);
+  while (s < total) {
+    const int64_t end = (s / segment_records_ + 1) * segment_records_;
+    int64_t first = s, last = end - 1;
+    while (first < end && !Used(first)) ++first;
+    while (last >= first && !Used(last)) --last;
+    if (first > last) {
+      s = end;
+      continue;
+    }
+    std::string problem = ReadSpan(first, last, &buf);
+    if (!problem.empty()) return problem;
+    for (int64_t slot = first; slot <= last; ++slot) {
+      if (!Used(slot)) continue;
+      const char* rec = buf.data() + (slot - first) * record_bytes_;
+      problem = Verify(rec, slot, nullptr);
+      if (!problem.empty()) return problem;
+      if (!fn(slot, rec)) {
+        *next = slot + 1 < total ? slot + 1 : -1;
+        return "";
+      }
+    }
+    s = end;
+  }
+  *next = -1;
+  return "";
+}
+
+std::string RowTierFile::ReadWhere(int64_t start, int64_t limit,
+                                   const std::function<bool(const RowMeta&)>& pred,
+                                   std::vector<int64_t>* keys, std::vector<float>* rows,
+                                   int64_t* next) const {
+  int64_t taken = 0;
+  if (limit <= 0) {
+    *next = start < num_segments_ * segment_records_ ? start : -1;
+    return "";
+  }
+  return Scan(
+      start,
+      [&](int64_t, const char* rec) {
+        RowMeta meta;
+        std::memcpy(&meta, rec, sizeof(meta));
+        if (pred(meta)) {
+          keys->push_back(meta.key);
+          const float* row = reinterpret_cast<const float*>(rec + kHeaderBytes);
+          rows->insert(rows->end(), row, row + stride_);
+          ++taken;
+        }
+        return taken < limit;
+      },
+      next);
+}
+
+std::string RowTierFile::ForEachMeta(const std::function<void(const RowMeta&)>& fn) const {
+  int64_t next = 0;
+  return Scan(
+      0,
+      [&](int64_t, const char* rec) {
+        RowMeta meta;
+        std::memcpy(&meta, rec, sizeof(meta));
+        fn(meta);
+        return true;
+      },
+      &next);
+}
+
+void RowTierFile::Erase(int64_t key) {
+  const uint32_t slot = index_.Erase(key);
+  if (slot == kEmpty) return;
+  SetUsed(slot, false);
+  const int64_t seg = slot / segment_records_;
+  if (--segment_live_[seg] == 0 && seg != open_segment_) empty_segments_.push_back(seg);
+}
+
+void RowTierFile::Clear() {
+  index_.Clear();
+  used_.clear();
+  segment_live_.clear();
+  empty_segments_.clear();
+  num_segments_ = 0;
+  open_segment_ = -1;
+  open_fill_ = 0;
+  file_bytes_ = 0;
+  if (ftruncate(fd_, 0) != 0) {
+    // Stale bytes past slot 0 are never read: slots are written before they are indexed.
+  }
+}
+
+std::string RowTierFile::Widen(int64_t group, const std::vector<float>& fill) {
+  const int64_t new_stride = stride_ + group * static_cast<int64_t>(fill.size());
+  const std::string tmp = path_ + ".widen";
+  const int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Prefix() + "disk tier: " + Errno("cannot open '" + tmp + "'");
+  RowTierFile wide(tmp, fd, new_stride, segment_bytes_, label_);
+  // Batches of records, read at the old width and appended to the new file at the new one.
+  constexpr int64_t kBatch = 4096;
+  std::vector<RowMeta> metas;
+  std::vector<float> widened;
+  std::string problem;
+  const auto flush = [&] {
+    std::vector<const float*> rows(metas.size());
+    for (size_t i = 0; i < metas.size(); ++i) rows[i] = widened.data() + i * new_stride;
+    problem = wide.Write(metas.size(), metas.data(), rows.data(), RunSerially);
+    metas.clear();
+    widened.clear();
+    return problem.empty();
+  };
+  int64_t next = 0;
+  std::string scanned = Scan(
+      0,
+      [&](int64_t, const char* rec) {
+        metas.emplace_back();
+        std::memcpy(&metas.back(), rec, sizeof(RowMeta));
+        const float* row = reinterpret_cast<const float*>(rec + kHeaderBytes);
+        widened.insert(widened.end(), row, row + stride_);
+        for (float v : fill) widened.insert(widened.end(), group, v);
+        return static_cast<int64_t>(metas.size()) < kBatch || flush();
+      },
+      &next);
+  if (scanned.empty() && problem.empty()) flush();
+  if (!scanned.empty() || !problem.empty()) {
+    unlink(tmp.c_str());
+    return scanned.empty() ? problem : scanned;
+  }
+  if (rename(tmp.c_str(), path_.c_str()) != 0) {
+    problem = Prefix() + "disk tier: " + Errno("cannot replace '" + path_ + "'");
+    unlink(tmp.c_str());
+    return problem;
+  }
+  MoveFrom(&wide);
+  return "";
+}
+
+}  // namespace sok_lite

@@ -1,0 +1,154 @@
+// The disk tier of a hash table: rows that do not fit the table's RAM budget, as fixed-size
+// records (bookkeeping, checksum, floats) in one file, found through a compact in-RAM index
+// key -> record slot (12 bytes an entry: the bookkeeping stays in the records).
+//
+// The file is log-structured: it is cut into segments of ~1 MiB (at most 8,192 records), and new
+// records are appended to the open segment, so a spill goes out as long sequential writes
+// (writing records into scattered free slots costs the page cache ~10x more per record). A row
+// read back leaves a dead record; segments with no live record are reused whole, and when dead
+// records outnumber live ones the segments with the fewest live records are cleaned (their live
+// records appended anew). The file therefore stays under twice its live records plus a few
+// segments.
+//
+// Reads and writes go in batches sorted by file offset. The file is a cache, not a checkpoint: it
+// is truncated when opened. TF-free; the caller serializes access.
+#ifndef SOK_LITE_KERNELS_CORE_HASH_TABLE_TIER_FILE_H_
+#define SOK_LITE_KERNELS_CORE_HASH_TABLE_TIER_FILE_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/core/open_index.h"
+
+namespace sok_lite {
+
+// Runs fn over disjoint ranges covering [0, n), possibly in parallel.
+using ParallelRunner =
+    std::function<void(int64_t n, const std::function<void(int64_t, int64_t)>& fn)>;
+// Runs fn(0, n) on the calling thread.
+void RunSerially(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+
+// What a table keeps per row besides the floats (HashTable's bookkeeping).
+struct RowMeta {
+  int64_t key;
+  int64_t last_seen;  // lookup step
+  int64_t count;      // lookup steps that saw the key (LFU)
+  int64_t updated;    // optimizer step of the last change; -1: never changed
+};
+
+class RowTierFile {
+ public:
+  static constexpr int64_t kDefaultSegmentBytes = int64_t{1} << 20;
+  // Opens (creating or truncating) <dir>/rows.bin, creating dir if needed, for records of
+  // `stride` floats in segments of about segment_bytes. `label` names the table in errors
+  // (empty: the caller does). Returns "" or an error.
+  [[nodiscard]] static std::string Open(const std::string& dir, int64_t stride,
+                                        const std::string& label, int64_t segment_bytes,
+                                        std::unique_ptr<RowTierFile>* out);
+  ~RowTierFile();
+
+  int64_t size() const { return index_.size(); }
+  int64_t stride() const { return stride_; }
+  const std::string& path() const { return path_; }
+  // Renames the file to `path` (same file system); the open file stays in use. Returns "" or an
+  // error (then nothing changed).
+  [[nodiscard]] std::string MoveTo(const std::string& path);
+  // RAM held now by the index and the segment tables.
+  int64_t IndexBytes() const;
+  // The most RAM IndexBytes() may reach while the file holds at most `rows` rows (the index
+  // grows by doubling): what a RAM budget must set aside for it.
+  int64_t IndexBytesFor(int64_t rows) const;
+  int64_t FileBytes() const { return file_bytes_; }
+
+  bool Contains(int64_t key) const { return index_.Contains(key); }
+
+  // Appends n rows (metas[i] with its key, rows[i] of stride floats), records built and written
+  // through `run`. Keys must be distinct and not on disk. On a write error (disk full, file size
+  // limit) nothing is added and the error is returned. May clean segments first (an error there
+  // loses nothing either).
+  [[nodiscard]] std::string Write(int64_t n, const RowMeta* metas, const float* const* rows,
+                                  const ParallelRunner& run);
+
+  // Reads the rows of n distinct keys, all on disk, into rows[i * stride] and metas[i], the
+  // file read in offset order (spans of adjacent records through `run`). A record whose checksum
+  // or key does not match is an error (the file was changed under the table). The rows stay on
+  // disk until Erase.
+  [[nodiscard]] std::string Read(int64_t n, const int64_t* keys, RowMeta* metas, float* rows,
+                                 const ParallelRunner& run) const;
+
+  void Erase(int64_t key);
+  void Clear();
+
+  // The rows whose bookkeeping satisfies pred, in slot order from slot `start`, at most `limit`
+  // of them: keys appended to *keys, records' floats (stride each) to *rows. *next gets the
+  // slot to continue from (-1: none left). Reads the file.
+  [[nodiscard]] std::string ReadWhere(int64_t start, int64_t limit,
+                                      const std::function<bool(const RowMeta&)>& pred,
+                                      std::vector<int64_t>* keys, std::vector<float>* rows,
+                                      int64_t* next) const;
+  // Calls fn with the bookkeeping of every stored row, reading the file a segment at a time.
+  [[nodiscard]] std::string ForEachMeta(const std::function<void(const RowMeta&)>& fn) const;
+
+  // Re-lays every record out with more floats per row: the extra ones get `fill[j]` per group
+  // of `group` floats (a slot of dim floats each). Rewrites the file. Returns "" or an error.
+  [[nodiscard]] std::string Widen(int64_t group, const std::vector<float>& fill);
+
+ private:
+  // Record slots are uint32: the index takes 12 bytes a key (kernels/core/open_index.h).
+  static constexpr uint32_t kEmpty = UINT32_MAX;
+
+  RowTierFile(std::string path, int fd, int64_t stride, int64_t segment_bytes, std::string label);
+  void MoveFrom(RowTierFile* other);  // takes other's records, index and file
+  uint64_t Checksum(const char* record) const;
+  [[nodiscard]] std::string Prefix() const { return label_.empty() ? "" : label_ + ": "; }
+  bool Used(int64_t slot) const { return (used_[slot >> 6] >> (slot & 63)) & 1; }
+  void SetUsed(int64_t slot, bool on);
+  // Writes records (slot, bytes) sorted by slot: adjacent slots go out in one pwrite, spans
+  // through `run`.
+  [[nodiscard]] std::string WriteRecords(const std::vector<std::pair<int64_t, const char*>>& at,
+                                         const ParallelRunner& run);
+  // Reads the bytes of slots [first, last] in one pread into *buf.
+  [[nodiscard]] std::string ReadSpan(int64_t first, int64_t last, std::vector<char>* buf) const;
+  // Checks the record read from `slot`: its checksum, and its key against *key (null: the index
+  // must place the record's own key at slot). "" or the corruption error.
+  [[nodiscard]] std::string Verify(const char* record, int64_t slot, const int64_t* key) const;
+  // Calls fn(slot, record) for every live record from slot `start` on, in slot order, a segment
+  // read at a time, each record verified; stops early when fn returns false (*next: the slot
+  // after the last one given; -1: none left).
+  [[nodiscard]] std::string Scan(int64_t start, const std::function<bool(int64_t, const char*)>& fn,
+                                 int64_t* next) const;
+  // The slots the next n appended records take (the open segment, then empty segments, then
+  // new ones), without taking them.
+  std::vector<int64_t> NextSlots(int64_t n) const;
+  // Appends n records (bytes of record_bytes_ each, keys given) and indexes them (relocate: the
+  // keys are on disk already and move to the new records); an error leaves everything as it was.
+  [[nodiscard]] std::string Append(int64_t n, const char* records, const int64_t* keys,
+                                   bool relocate, const ParallelRunner& run);
+  // Cleans the segments with the fewest live records while dead records outnumber live ones.
+  [[nodiscard]] std::string Clean();
+  int64_t DeadRecords() const;
+
+  std::string path_;
+  int fd_;
+  int64_t stride_;
+  int64_t record_bytes_;
+  int64_t segment_bytes_;
+  int64_t segment_records_;
+  std::string label_;
+  SlotIndex index_;                       // key -> record slot; its size is the rows on disk
+  std::vector<uint64_t> used_;            // a bit per slot: holds a live record
+  std::vector<uint32_t> segment_live_;    // live records per segment
+  std::vector<uint32_t> empty_segments_;  // segments with no live record, not open
+  int64_t num_segments_ = 0;
+  int64_t open_segment_ = -1;  // where appends go; -1: none yet
+  int64_t open_fill_ = 0;      // records appended to it
+  int64_t file_bytes_ = 0;     // the file's length: the end of the furthest record written
+};
+
+}  // namespace sok_lite
+
+#endif  // SOK_LITE_KERNELS_CORE_HASH_TABLE_TIER_FILE_H_
