@@ -7,63 +7,74 @@ a chunk at a time as they are read). A dump is written under a temporary name an
 complete; a load validates everything before it assigns anything.
 """
 
-import hashlib
+from __future__ import annotations
+
 import json
 import os
 import pathlib
+from collections.abc import Iterable, Iterator, Sequence
+from typing import IO, TYPE_CHECKING, TypeAlias, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 import tensorflow as tf
 
 from sok_lite import comm
+from sok_lite.comm.base import Communicator
 from sok_lite.io import dump_target
+from sok_lite.io.manifest import (
+    CONVERTIBLE_DTYPES,
+    FORMAT,
+    VERSION,
+    Manifest,
+    check_files,
+    check_shards,
+    file_dtype,
+    read_manifest,
+    sha256,
+)
+from sok_lite.io.manifest import (
+    CheckpointError as CheckpointError,  # sok_lite.io.checkpoint.CheckpointError, too
+)
 from sok_lite.memory import layouts
 from sok_lite.optim.optimizer_rules import rule_for, unwrap
-from sok_lite.tables.staging import SwappedRows
-from sok_lite.tables.table_kind import TableKind
+from sok_lite.tables.staging import StagedRows, SwappedRows
+from sok_lite.tables.table_kind import IdArray, Optimizer, RowArray, TableKind
 
-FORMAT = "sok_lite.checkpoint"
-VERSION = 1
+if TYPE_CHECKING:
+    from sok_lite.tables.dynamic import DynamicTable
+
+_S = TypeVar("_S", bound=np.generic)
+# A path a dump is written to or read from.
+PathLike: TypeAlias = str | os.PathLike[str]
+
 CHUNK_ROWS = 65536  # rows per read/write: bounds the memory a dump or load adds per table
-# Table dtypes a load converts between; rows files hold float64 for float64 tables, else float32
-# (a 16-bit table's values widened exactly, beside its slots: float32, or bfloat16 widened
-# exactly; a load rounds them to nearest into bfloat16 slots).
-CONVERTIBLE_DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded: missing, incomplete, corrupt or not matching."""
-
-    __module__ = "sok_lite"  # named as users catch it: sok_lite.CheckpointError
-
-
-def _name(var) -> str:
-    return var.name.split(":")[0]
+def _name(var: tf.Variable) -> str:
+    name: str = var.name.split(":")[0]
+    return name
 
 
-def _barrier(communicator) -> None:
+def _barrier(communicator: Communicator) -> None:
     communicator.allreduce_sum(tf.constant(1, tf.int32)).numpy()
 
 
-def _sha256(path: pathlib.Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _slot_names(optimizer, var) -> list[str]:
+def _slot_names(optimizer: Optimizer | None, var: TableKind) -> list[str]:
     return [] if optimizer is None else [n for n, _ in rule_for(optimizer).slots]
 
 
-def _table_meta(var, optimizer) -> dict:
+def _table_meta(var: tf.Variable, optimizer: Optimizer | None) -> dict[str, object]:
     if not isinstance(var, TableKind):
         raise TypeError(
             f"'{_name(var)}': dump and load take sok_lite.Variable and DynamicVariable tables, "
             f"got {type(var).__name__}"
         )
-    meta = {"name": _name(var), "dtype": var.dtype.name, "slots": _slot_names(optimizer, var)}
+    meta: dict[str, object] = {
+        "name": _name(var),
+        "dtype": var.dtype.name,
+        "slots": _slot_names(optimizer, var),
+    }
     slot_dtype = getattr(var, "slot_dtype", None)
     if optimizer is not None and slot_dtype is not None:
         # Informative: slots are written as float32 and converted to the loading table's.
@@ -72,7 +83,12 @@ def _table_meta(var, optimizer) -> dict:
     return meta
 
 
-def dump(path, variables, optimizer=None, since_step: int | None = None) -> None:
+def dump(
+    path: PathLike,
+    variables: Sequence[TableKind],
+    optimizer: Optimizer | None = None,
+    since_step: int | None = None,
+) -> None:
     """Writes tables (and, with an optimizer, their slots and step) to directory `path`.
 
     Every rank must call it with the same tables in the same order. Each rank writes its own
@@ -122,33 +138,48 @@ def dump(path, variables, optimizer=None, since_step: int | None = None) -> None
     _barrier(communicator)
 
 
-def _write_shards(tmp, variables, metas, optimizer, since_step, rank) -> None:
+def _write_shards(
+    tmp: pathlib.Path,
+    variables: Sequence[TableKind],
+    metas: list[dict[str, object]],
+    optimizer: Optimizer | None,
+    since_step: int | None,
+    rank: int,
+) -> None:
     """Writes this rank's rows of every table, and rank<r>.json listing its files."""
-    files = {}
+    files: dict[str, dict[str, object]] = {}
     for t, var in enumerate(variables):
         chunks = var.checkpoint_chunks(optimizer, since_step, CHUNK_ROWS)
         ids_file = tmp / f"t{t}.r{rank}.ids"
         rows_file = tmp / f"t{t}.r{rank}.rows"
         count, width = 0, None
+        dtype = file_dtype(str(metas[t]["dtype"]))
         with open(ids_file, "wb") as fi, open(rows_file, "wb") as fr:
             for ids, rows in chunks:
                 fi.write(np.ascontiguousarray(ids, "<i8").tobytes())
-                fr.write(np.ascontiguousarray(rows, _file_dtype(metas[t]["dtype"])).tobytes())
+                fr.write(np.ascontiguousarray(rows, dtype).tobytes())
                 count += len(ids)
                 width = rows.shape[1] if rows.ndim == 2 else width
             for f in (fi, fr):
                 f.flush()
                 os.fsync(f.fileno())
-        for f in (ids_file, rows_file):
-            files[f.name] = {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+        for written in (ids_file, rows_file):
+            files[written.name] = {"bytes": written.stat().st_size, "sha256": sha256(written)}
         files[rows_file.name].update(rows=count, width=width, table=t, rank=rank)
         files[ids_file.name].update(rows=count, table=t, rank=rank)
     (tmp / f"rank{rank}.json").write_text(json.dumps(files))
 
 
-def _write_manifest(tmp, metas, optimizer, iterations, since_step, communicator) -> None:
+def _write_manifest(
+    tmp: pathlib.Path,
+    metas: list[dict[str, object]],
+    optimizer: Optimizer | None,
+    iterations: int | None,
+    since_step: int | None,
+    communicator: Communicator,
+) -> None:
     """The manifest, written last: a directory without one is not a complete checkpoint."""
-    manifest = {
+    manifest: Manifest = {
         "format": FORMAT,
         "version": VERSION,
         "world_size": communicator.num_ranks,
@@ -166,77 +197,13 @@ def _write_manifest(tmp, metas, optimizer, iterations, since_step, communicator)
         os.fsync(f.fileno())
 
 
-def _read_manifest(final: pathlib.Path) -> dict:
-    manifest_path = final / "manifest.json"
-    if not manifest_path.exists():
-        raise CheckpointError(f"{final}: no manifest.json: not a complete sok_lite checkpoint")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{manifest_path}: unreadable manifest ({e})") from e
-    if not isinstance(manifest, dict):
-        raise CheckpointError(f"{manifest_path}: not a manifest (a JSON object is expected)")
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise CheckpointError(
-            f"{manifest_path}: format {manifest.get('format')!r} version "
-            f"{manifest.get('version')!r}, expected {FORMAT!r} {VERSION}"
-        )
-    _check_manifest_types(manifest, manifest_path)
-    return manifest
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_manifest_types(manifest: dict, manifest_path) -> None:
-    """Every field a load reads has the type dump writes: a damaged manifest is a
-    CheckpointError naming the field, never an error of whatever reads it later."""
-    problems = []
-    if not _is_int(manifest.get("world_size")) or manifest["world_size"] < 1:
-        problems.append("world_size")
-    for key in ("iterations", "since_step"):
-        if manifest.get(key) is not None and not _is_int(manifest[key]):
-            problems.append(key)
-    tables = manifest.get("tables")
-    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
-        problems.append("tables")
-    else:
-        for i, t in enumerate(tables):
-            if not _is_int(t.get("dim")) or t["dim"] < 1 or not isinstance(t.get("slots"), list):
-                problems.append(f"tables[{i}]")
-    files = manifest.get("files")
-    if not isinstance(files, dict) or not all(
-        isinstance(f, dict)
-        and _is_int(f.get("bytes"))
-        and _is_int(f.get("rows"))
-        and (f.get("width") is None or _is_int(f["width"]))
-        for f in files.values()
-    ):
-        problems.append("files")
-    if problems:
-        raise CheckpointError(f"{manifest_path}: damaged manifest ({', '.join(problems)})")
-
-
-def _check_files(final: pathlib.Path, manifest: dict) -> None:
-    for name, info in manifest["files"].items():
-        f = final / name
-        if not f.exists():
-            raise CheckpointError(f"{f}: missing shard file")
-        if f.stat().st_size != info["bytes"]:
-            raise CheckpointError(
-                f"{f}: {f.stat().st_size} bytes, the manifest says "
-                f"{info['bytes']} (truncated or overwritten)"
-            )
-        if _sha256(f) != info["sha256"]:
-            raise CheckpointError(f"{f}: checksum mismatch (corrupt file)")
-
-
-def _check_table(meta: dict, var, optimizer, manifest_path) -> None:
+def _check_table(
+    meta: Manifest, var: TableKind, optimizer: Optimizer | None, manifest_path: pathlib.Path
+) -> None:
     expected = _table_meta(var, optimizer)
     label = f"{manifest_path}: table '{meta.get('name')}'"
     if meta.get("dtype") not in CONVERTIBLE_DTYPES or expected["dtype"] not in CONVERTIBLE_DTYPES:
-        keys = ("kind", "dim", "dtype")
+        keys: tuple[str, ...] = ("kind", "dim", "dtype")
     else:  # float dtypes convert into each other on load (a float32 dump into a 16-bit table)
         keys = ("kind", "dim")
     for key in keys:
@@ -255,42 +222,23 @@ def _check_table(meta: dict, var, optimizer, manifest_path) -> None:
         )
 
 
-def _file_dtype(table_dtype: str) -> np.dtype:
-    """The element type of a table's rows files (see CONVERTIBLE_DTYPES)."""
-    return np.dtype("<f8" if table_dtype == "float64" else "<f4")
-
-
-def _check_shards(final: pathlib.Path, manifest: dict, t: int, width_out: int) -> None:
-    """Table t's shard files hold whole rows of at least width_out values, as many as the
-    manifest says: every later read of them is in bounds."""
-    itemsize = _file_dtype(manifest["tables"][t]["dtype"]).itemsize
-    for r in range(manifest["world_size"]):
-        name = f"t{t}.r{r}"
-        ids, rows = manifest["files"].get(f"{name}.ids"), manifest["files"].get(f"{name}.rows")
-        if ids is None or rows is None:
-            raise CheckpointError(f"{final / 'manifest.json'}: no files {name}.ids/.rows listed")
-        count, width = rows["rows"], rows["width"]
-        if count and (width is None or width < width_out):
-            raise CheckpointError(
-                f"{final / f'{name}.rows'}: rows of width {width}, need {width_out}"
-            )
-        if ids["bytes"] != 8 * count or rows["bytes"] != itemsize * count * (width or 0):
-            raise CheckpointError(
-                f"{final / name}.*: {ids['bytes']} + {rows['bytes']} bytes do not hold the "
-                f"{count} rows of width {width} the manifest says"
-            )
-
-
-def _read(f, dtype: np.dtype, count: int) -> np.ndarray:
+def _read(f: IO[bytes], dtype: np.dtype[_S], count: int) -> npt.NDArray[_S]:
     """The next `count` values of dtype from file f (its size was checked)."""
     return np.fromfile(f, dtype, count)
 
 
-def _owned_pieces(final, manifest, t, var, width_out, communicator):
+def _owned_pieces(
+    final: pathlib.Path,
+    manifest: Manifest,
+    t: int,
+    var: TableKind,
+    width_out: int,
+    communicator: Communicator,
+) -> Iterator[tuple[IdArray, RowArray]]:
     """Yields (ids, rows) of table t that this rank owns now, reading the shard files at most
     CHUNK_ROWS rows at a time: the dump is never held whole. _check_shards came first."""
     rank, n = communicator.rank, communicator.num_ranks
-    dtype = _file_dtype(manifest["tables"][t]["dtype"])
+    dtype = file_dtype(manifest["tables"][t]["dtype"])
     for r in range(manifest["world_size"]):
         info = manifest["files"][f"t{t}.r{r}.rows"]
         count, width = info["rows"], info["width"]
@@ -307,7 +255,9 @@ def _owned_pieces(final, manifest, t, var, width_out, communicator):
                     yield ids[mine], rows[mine, :width_out]
 
 
-def _owned_count(final, manifest, t, var, communicator) -> int:
+def _owned_count(
+    final: pathlib.Path, manifest: Manifest, t: int, var: TableKind, communicator: Communicator
+) -> int:
     """How many of table t's keys in a full dump this rank owns (its ids files only)."""
     rank, n = communicator.rank, communicator.num_ranks
     count = 0
@@ -320,7 +270,7 @@ def _owned_count(final, manifest, t, var, communicator) -> int:
     return count
 
 
-def _check_room(var, rows: int, slots: int, path) -> None:
+def _check_room(var: DynamicTable, rows: int, slots: int, path: pathlib.Path) -> None:
     """Refuses, before anything changes, a load of `rows` keys into a hash table whose
     capacity or disk tier's ram_budget cannot hold them on this rank."""
     label = f"{path}: table '{_name(var)}'"
@@ -342,23 +292,41 @@ def _check_room(var, rows: int, slots: int, path) -> None:
         )
 
 
-def _owned_rows(final, manifest, t, var, width_out, communicator):
+def _owned_rows(
+    final: pathlib.Path,
+    manifest: Manifest,
+    t: int,
+    var: TableKind,
+    width_out: int,
+    communicator: Communicator,
+) -> tuple[IdArray, RowArray]:
     """Every (ids, rows) of table t that this rank owns, in one piece (row-numbered tables)."""
     pieces = list(_owned_pieces(final, manifest, t, var, width_out, communicator))
-    dtype = _file_dtype(manifest["tables"][t]["dtype"])
+    dtype = file_dtype(manifest["tables"][t]["dtype"])
     ids = np.concatenate([i for i, _ in pieces]) if pieces else np.zeros([0], np.int64)
     rows = np.concatenate([r for _, r in pieces]) if pieces else np.zeros([0, width_out], dtype)
     return ids, rows
 
 
-def _chain_pieces(paths, manifests, t, var, width_out, communicator):
+def _chain_pieces(
+    paths: list[pathlib.Path],
+    manifests: list[Manifest],
+    t: int,
+    var: TableKind,
+    width_out: int,
+    communicator: Communicator,
+) -> Iterator[tuple[IdArray, RowArray]]:
     """A keyed table's pieces over a chain of dumps, in order: as the table assigns them, a
     key's row from a later dump replaces the earlier one."""
     for p, manifest in zip(paths, manifests):
         yield from _owned_pieces(p, manifest, t, var, width_out, communicator)
 
 
-def load(path, variables, optimizer=None) -> None:
+def load(
+    path: PathLike | list[PathLike] | tuple[PathLike, ...],
+    variables: Sequence[tf.Variable],
+    optimizer: Optimizer | None = None,
+) -> None:
     """Loads tables (and, with an optimizer, their slots and step) saved by `dump`.
 
     Works on any number of ranks: each rank keeps the rows it owns under the current world size.
@@ -394,7 +362,7 @@ def load(path, variables, optimizer=None) -> None:
     optimizer = unwrap(optimizer)
     communicator = comm.current()
     paths = [pathlib.Path(p) for p in (path if isinstance(path, (list, tuple)) else [path])]
-    manifests = [_read_manifest(p) for p in paths]
+    manifests = [read_manifest(p) for p in paths]
     for i, (p, manifest) in enumerate(zip(paths, manifests)):
         if (manifest.get("since_step") is None) != (i == 0):
             kind = "a full dump" if i == 0 else "an incremental dump"
@@ -405,25 +373,25 @@ def load(path, variables, optimizer=None) -> None:
             )
         for meta, var in zip(manifest["tables"], variables):
             _check_table(meta, var, optimizer, p / "manifest.json")
-        _check_files(p, manifest)
+        check_files(p, manifest)
 
     widths = []
     for t, meta in enumerate(manifests[0]["tables"]):
         slots = len(meta["slots"]) if optimizer is not None else 0
         widths.append(meta["dim"] * (1 + slots))
         for p, manifest in zip(paths, manifests):
-            _check_shards(p, manifest, t, widths[t])
+            check_shards(p, manifest, t, widths[t])
 
     for t, var in enumerate(variables):
         # Only a bounded hash table has room to check: the others skip this read of the ids.
         if var.keyed and (var.rank_capacity or var.storage is not None):
-            rows = _owned_count(paths[0], manifests[0], t, var, communicator)
+            owned = _owned_count(paths[0], manifests[0], t, var, communicator)
             slots = len(manifests[0]["tables"][t]["slots"]) if optimizer is not None else 0
-            _check_room(var, rows, slots, paths[0])
+            _check_room(var, owned, slots, paths[0])
 
     # Row-numbered tables are read whole (their variables hold them whole anyway) to check that
     # every local row is there; keyed tables are streamed while they are assigned, below.
-    prepared = []
+    prepared: list[list[tuple[IdArray, RowArray]] | None] = []
     for t, var in enumerate(variables):
         if var.keyed:
             prepared.append(None)
@@ -448,10 +416,10 @@ def load(path, variables, optimizer=None) -> None:
     # files are streamed into a staging table a piece at a time), then commit them all. A
     # failure before the commit changes nothing; one during it undoes the tables committed.
     iterations = manifests[-1].get("iterations")
-    staged = []
+    staged: list[StagedRows] = []
     try:
         for t, var in enumerate(variables):
-            pieces = prepared[t]
+            pieces: Iterable[tuple[IdArray, RowArray]] | None = prepared[t]
             if pieces is None:
                 pieces = _chain_pieces(paths, manifests, t, var, widths[t], communicator)
             staged.append(var.checkpoint_stage(pieces, optimizer, iterations))
@@ -461,7 +429,9 @@ def load(path, variables, optimizer=None) -> None:
             s.discard()
 
 
-def _commit(staged, step_counter, iterations) -> None:
+def _commit(
+    staged: list[StagedRows], step_counter: tf.Variable | None, iterations: int | None
+) -> None:
     """Commits staged tables (hash tables first: their swaps are the steps that can fail),
     then the optimizer's step; undoes every commit made if one fails."""
     done = []

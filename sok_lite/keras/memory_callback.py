@@ -1,12 +1,18 @@
 """sok_lite.keras.MemoryReportCallback: sok_lite.memory_report's numbers as TensorBoard
 scalars while a model trains."""
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 import keras
 import tensorflow as tf
 
 from sok_lite.comm.shards import shards_of
-from sok_lite.memory.report import memory_report
+from sok_lite.memory.layouts import MemoryEntry
+from sok_lite.memory.report import MemoryReport, memory_report
 from sok_lite.optim.row_wise import is_table
+from sok_lite.tables.table_kind import Optimizer, TableKind
 
 # The report's fields written per table, as "sok_lite_memory/<table>/<field>".
 FIELDS = ("rows_ram", "rows_disk", "bytes_ram", "bytes_disk", "hit_rate", "spills", "evictions")
@@ -16,15 +22,16 @@ def _scalar_metadata() -> bytes:
     """What marks a summary as a scalar for TensorBoard's scalars plugin (tf.summary.scalar
     itself needs the tensorboard package installed; this needs TF only)."""
     plugin = tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars")
-    return tf.compat.v1.SummaryMetadata(plugin_data=plugin).SerializeToString()
+    serialized: bytes = tf.compat.v1.SummaryMetadata(plugin_data=plugin).SerializeToString()
+    return serialized
 
 
-def write_scalar(tag: str, value, step: int) -> None:
+def write_scalar(tag: str, value: float, step: int) -> None:
     """A float32 scalar summary in the default writer, as tf.summary.scalar writes it."""
     tf.summary.write(tag, tf.constant(value, tf.float32), step=step, metadata=_scalar_metadata())
 
 
-def _unique_labels(report) -> list[str]:
+def _unique_labels(report: Sequence[MemoryEntry]) -> list[str]:
     """The tables' names, a repeated one suffixed _2, _3, ... so that no two share a tag."""
     seen: dict[str, int] = {}
     labels = []
@@ -59,8 +66,14 @@ class MemoryReportCallback(keras.callbacks.Callback):
     >>> callback = sok.keras.MemoryReportCallback("/tmp/logs", every_n_steps=100)
     """
 
-    def __init__(self, log_dir=None, writer=None, every_n_steps: int = 100, tables=None,
-                 optimizer=None):  # fmt: skip
+    def __init__(
+        self,
+        log_dir: str | None = None,
+        writer: tf.summary.SummaryWriter | None = None,
+        every_n_steps: int = 100,
+        tables: Sequence[TableKind] | None = None,
+        optimizer: Optimizer | None = None,
+    ) -> None:
         super().__init__()
         if (log_dir is None) == (writer is None):
             raise ValueError("MemoryReportCallback needs one of log_dir or writer")
@@ -76,12 +89,12 @@ class MemoryReportCallback(keras.callbacks.Callback):
         self._batches = 0
 
     @property
-    def writer(self):
+    def writer(self) -> tf.summary.SummaryWriter:
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(self._log_dir)
         return self._writer
 
-    def _model_tables(self) -> list:
+    def _model_tables(self) -> list[TableKind]:
         if self._tables is not None:
             found = self._tables
         else:
@@ -93,7 +106,7 @@ class MemoryReportCallback(keras.callbacks.Callback):
         iterations = getattr(optimizer, "iterations", None)
         return self._batches if iterations is None else int(iterations)
 
-    def write(self, step: int | None = None):
+    def write(self, step: int | None = None) -> MemoryReport:
         """Writes the report now (at `step`, default: the optimizer's step); returns it."""
         optimizer = self._optimizer
         if optimizer is None:
@@ -108,11 +121,11 @@ class MemoryReportCallback(keras.callbacks.Callback):
         self.writer.flush()
         return report
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict[str, object] | None = None) -> None:
         self._batches += 1
         if self._batches % self._every == 0:
             self.write()
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: dict[str, object] | None = None) -> None:
         if self._batches % self._every:
             self.write()

@@ -19,11 +19,20 @@ and tiers in C++).
 import math
 import numbers
 import re
+from collections.abc import Sequence
+from typing import Any, TypeAlias
 
 import tensorflow as tf
 
 from sok_lite.optim.optimizer_rules import rule_for, unwrap
 from sok_lite.tables.table_dtypes import HALF_DTYPES, row_dtype
+from sok_lite.tables.table_kind import Optimizer
+
+# One table's row of a memory report or plan: its values are a str, an int, a float or None by
+# key (memory_report and plan_memory document the keys).
+MemoryEntry: TypeAlias = dict[str, Any]  # type escape: value types differ by key
+# A dtype as the layouts take it: a tf.DType or its name.
+DTypeLike: TypeAlias = tf.DType | str
 
 # kernels/core/hash_table.h
 HASH_CHUNK_ROWS = 1024
@@ -62,7 +71,7 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
 
 
-def parse_bytes(value) -> int | None:
+def parse_bytes(value: object) -> int | None:
     """Bytes from an int or a string such as "2GiB", "512MiB", "1.5GB" (None stays None).
 
     Raises:
@@ -80,7 +89,7 @@ def parse_bytes(value) -> int | None:
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
-def num_slots(optimizer) -> int:
+def num_slots(optimizer: str | Optimizer | None) -> int:
     """Optimizer slots per row: for a name (OPTIMIZER_SLOTS), None (0) or an optimizer.
 
     Raises:
@@ -112,14 +121,14 @@ def hash_index_slots(rows: int) -> int:
     return slots
 
 
-def hash_stride(dim: int, slots: int, dtype="float32") -> int:
+def hash_stride(dim: int, slots: int, dtype: DTypeLike = "float32") -> int:
     """Floats per record of a hash table stored in `dtype`: the value (dim floats, or dim 16-bit
     values packed two to a float), then each float32 slot (HashTable::stride)."""
     value = (dim + 1) // 2 if tf.as_dtype(dtype) in HALF_DTYPES else dim
     return value + dim * slots
 
 
-def hash_table_bytes(rows: int, dim: int, slots: int, dtype="float32") -> int:
+def hash_table_bytes(rows: int, dim: int, slots: int, dtype: DTypeLike = "float32") -> int:
     """Bytes a DynamicVariable's hash table stored in `dtype` takes for `rows` stored rows of
     width dim with `slots` optimizer slots each."""
     if rows <= 0:
@@ -177,16 +186,18 @@ def tier_budget_for(rows: int, ram_rows: int, stride: int) -> int:
     return index + _ram_rows_bytes(ram_rows, stride)
 
 
-def static_table_bytes(rows: int, dim: int, dtype, slots: int, trained: bool = True) -> int:
+def static_table_bytes(
+    rows: int, dim: int, dtype: DTypeLike, slots: int, trained: bool = True
+) -> int:
     """Bytes of `rows` rows of a sok.Variable in `dtype` with `slots` optimizer slots;
     trained: with the int64 per row in which the row-wise kernels record the last step that
     changed it."""
     dtype = tf.as_dtype(dtype)
-    per_row = dim * dtype.size + slots * dim * row_dtype(dtype).size
+    per_row: int = dim * dtype.size + slots * dim * row_dtype(dtype).size
     return rows * (per_row + (8 if trained else 0))
 
 
-def _human(n) -> str:
+def _human(n: float | None) -> str:
     if n is None:
         return "-"
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -196,7 +207,7 @@ def _human(n) -> str:
     return str(n)
 
 
-def _format(entries, with_rank: bool) -> str:
+def _format(entries: Sequence[MemoryEntry], with_rank: bool) -> str:
     head = ["table", "kind", "rows RAM", "RAM", "rows disk", "disk", "budget"]
     extra = ["hit rate", "spills", "evictions"]
     has_counters = entries and "hit_rate" in entries[0]
@@ -215,5 +226,8 @@ def _format(entries, with_rank: bool) -> str:
             row += [rate, f"{e['spills']:,}", f"{e['evictions']:,}"]
         rows.append(row)
     widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
-    fmt = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+
+    def fmt(r: Sequence[object]) -> str:
+        return "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+
     return "\n".join([fmt(head)] + [fmt(r) for r in rows])

@@ -5,9 +5,11 @@ import dataclasses
 import math
 import numbers
 import warnings
+from collections.abc import Iterable, Sequence
 
 from sok_lite.memory.layouts import (
     MIN_RAM_FRACTION,
+    MemoryEntry,
     _format,
     _human,
     hash_stride,
@@ -20,9 +22,10 @@ from sok_lite.memory.layouts import (
     tier_ram_rows,
     tier_record_bytes,
 )
-from sok_lite.tables.dynamic import DYNAMIC_DTYPES
+from sok_lite.tables.dynamic_config import DYNAMIC_DTYPES
 from sok_lite.tables.placement import Placement
 from sok_lite.tables.table_dtypes import check_table_dtype
+from sok_lite.tables.table_kind import Optimizer
 
 
 @dataclasses.dataclass
@@ -56,7 +59,7 @@ class TableSpec:
     batch_keys: int | None = None
 
     @classmethod
-    def of(cls, spec) -> "TableSpec":
+    def of(cls, spec: "TableSpec | dict[str, object]") -> "TableSpec":
         if isinstance(spec, cls):
             return spec
         if isinstance(spec, dict):
@@ -64,7 +67,7 @@ class TableSpec:
             storage = spec.pop("storage", None)
             if storage is not None and "ram_budget" not in spec:
                 spec["ram_budget"] = getattr(storage, "ram_budget", None)
-            return cls(**spec)
+            return cls(**spec)  # type: ignore[arg-type]  # type escape: a dict of the fields
         raise ValueError(f"a table spec is a TableSpec or a dict, got {spec!r}")
 
 
@@ -113,7 +116,9 @@ def _local_rows(spec: TableSpec, rank: int, num_ranks: int) -> int:
     return rows
 
 
-def _plan_table(spec, label: str, slots: int, trained: bool, rank: int, num_ranks: int) -> dict:
+def _plan_table(
+    spec: TableSpec, label: str, slots: int, trained: bool, rank: int, num_ranks: int
+) -> MemoryEntry:
     rows = _local_rows(spec, rank, num_ranks)
     if spec.kind == "static":
         full = static_table_bytes(rows, spec.dim, spec.dtype, slots, trained)
@@ -152,7 +157,7 @@ def _batch_rows(spec: TableSpec, rank: int, num_ranks: int) -> int:
     return math.ceil(spec.batch_keys / num_ranks)
 
 
-def _tier_warning(spec: TableSpec, entry: dict, num_ranks: int) -> str | None:
+def _tier_warning(spec: TableSpec, entry: MemoryEntry, num_ranks: int) -> str | None:
     """Why `entry`, a rank's share of tiered table `spec`, keeps too few rows in RAM: fewer than
     one batch's or under MIN_RAM_FRACTION of them (None: enough)."""
     rows = entry["rows_ram"] + entry["rows_disk"]
@@ -180,11 +185,13 @@ def _tier_warning(spec: TableSpec, entry: dict, num_ranks: int) -> str | None:
     )
 
 
-class MemoryPlan(list):
+class MemoryPlan(list[MemoryEntry]):
     """plan_memory's result: one dict per (rank, table), with per-rank totals, and warnings:
     one line per tiered table whose budget keeps too few rows in RAM on some rank."""
 
-    def __init__(self, entries, num_ranks: int, warned=()):
+    def __init__(
+        self, entries: Iterable[MemoryEntry], num_ranks: int, warned: Iterable[str] = ()
+    ) -> None:
         super().__init__(entries)
         self.num_ranks = num_ranks
         self.warnings = list(warned)
@@ -204,7 +211,7 @@ class MemoryPlan(list):
             totals[entry["rank"]] += entry["bytes_disk"]
         return totals
 
-    def __str__(self):
+    def __str__(self) -> str:
         lines = [_format(self, with_rank=True)]
         for rank, (ram, disk) in enumerate(zip(self.bytes_per_rank, self.disk_bytes_per_rank)):
             lines.append(f"rank {rank}: {_human(ram)} in RAM, {_human(disk)} on disk")
@@ -212,7 +219,11 @@ class MemoryPlan(list):
         return "\n".join(lines)
 
 
-def plan_memory(tables, optimizer="adam", num_ranks: int = 1) -> MemoryPlan:
+def plan_memory(
+    tables: Sequence[TableSpec | dict[str, object]],
+    optimizer: str | Optimizer | None = "adam",
+    num_ranks: int = 1,
+) -> MemoryPlan:
     """Predicts the bytes each rank will need for `tables`, before any is created.
 
     Static tables: this rank's rows x dim in the table's dtype, plus each optimizer slot

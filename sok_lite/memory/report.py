@@ -1,21 +1,23 @@
 """memory_report: how much memory sok_lite tables take on this rank, from each table's own
 memory_stats() (a hash table counts its records, indexes and tiers in C++)."""
 
+from __future__ import annotations
+
 import numpy as np
 
 from sok_lite import comm
-from sok_lite.memory.layouts import _format, _human, num_slots
+from sok_lite.memory.layouts import MemoryEntry, _format, _human, num_slots
 from sok_lite.optim.slots import opt_slots, stepped_row_wise
 from sok_lite.tables.dynamic import DynamicTable
-from sok_lite.tables.table_kind import MEMORY_STATS
+from sok_lite.tables.table_kind import MEMORY_STATS, Optimizer, TableKind
 
 
-def _table_label(table) -> str:
+def _table_label(table: object) -> str:
     name = getattr(table, "name", None)
     return name.split(":")[0] if isinstance(name, str) else repr(table)
 
 
-def _static_slot_bytes(table, optimizer) -> tuple[int, int]:
+def _static_slot_bytes(table: TableKind, optimizer: Optimizer | None) -> tuple[int, int]:
     """(slots, bytes) of the optimizer state held beside static table `table`."""
     if optimizer is None:
         return 0, 0
@@ -26,7 +28,7 @@ def _static_slot_bytes(table, optimizer) -> tuple[int, int]:
     return len(held), total
 
 
-def table_memory(table, optimizer=None) -> dict:
+def table_memory(table: TableKind, optimizer: Optimizer | None = None) -> MemoryEntry:
     """One row of memory_report for `table` on this rank (see memory_report)."""
     hashed = isinstance(table, DynamicTable)
     if not callable(getattr(table, "memory_stats", None)):
@@ -34,7 +36,7 @@ def table_memory(table, optimizer=None) -> dict:
             f"'{_table_label(table)}' ({type(table).__name__}) is not a sok_lite table: "
             "memory_report takes sok.Variable and sok.DynamicVariable objects"
         )
-    stats = dict(table.memory_stats())
+    stats: MemoryEntry = dict(table.memory_stats())
     missing = [k for k in MEMORY_STATS if k not in stats]
     if missing:
         raise ValueError(f"'{_table_label(table)}': memory_stats() lacks {missing}")
@@ -62,7 +64,7 @@ def table_memory(table, optimizer=None) -> dict:
     }
 
 
-class MemoryReport(list):
+class MemoryReport(list[MemoryEntry]):
     """memory_report's result: one dict per table, and a readable str()."""
 
     @property
@@ -73,14 +75,17 @@ class MemoryReport(list):
     def bytes_disk(self) -> int:
         return sum(e["bytes_disk"] for e in self)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return (
             f"{_format(self, with_rank=False)}\n"
             f"total: {_human(self.bytes_ram)} in RAM, {_human(self.bytes_disk)} on disk"
         )
 
 
-def memory_report(tables, optimizer=None) -> MemoryReport:
+def memory_report(
+    tables: TableKind | list[TableKind] | tuple[TableKind, ...],
+    optimizer: Optimizer | None = None,
+) -> MemoryReport:
     """What `tables` hold on this rank: rows and bytes in RAM and on disk, values and optimizer
     slots together, with the RAM tier's hit rate, spills and evictions.
 
@@ -110,6 +115,5 @@ def memory_report(tables, optimizer=None) -> MemoryReport:
     >>> report[0]["rows_ram"], report[0]["bytes_ram"]
     (10, 160)
     """
-    if not isinstance(tables, (list, tuple)):
-        tables = [tables]
-    return MemoryReport(table_memory(t, optimizer) for t in tables)
+    listed = tables if isinstance(tables, (list, tuple)) else [tables]
+    return MemoryReport(table_memory(t, optimizer) for t in listed)

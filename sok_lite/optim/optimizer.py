@@ -6,15 +6,27 @@ pair to Keras untouched (see sok_lite.optim.row_wise). Only rows with a gradient
 too.
 """
 
+from __future__ import annotations
+
 import threading
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Literal
 
 import keras
 import tensorflow as tf
 
 from sok_lite._keras_internals import built_variables, counting_steps_with
 from sok_lite.optim.optimizer_rules import WrapsOptimizer, legacy_base
-from sok_lite.optim.row_wise import apply_gradients, filter_variables, is_table, is_variable
+from sok_lite.optim.row_wise import (
+    GradAndVar,
+    apply_gradients,
+    filter_variables,
+    is_table,
+    is_variable,
+)
 from sok_lite.optim.wrapper import OptimizerWrapper as KerasOptimizerWrapper
+from sok_lite.tables.table_kind import Optimizer
 
 __all__ = [
     "OptimizerScope",
@@ -27,10 +39,10 @@ __all__ = [
 split_embedding_variable_from_others = filter_variables
 
 
-def _optimizer_classes() -> list[type]:
+def _optimizer_classes() -> list[type[Optimizer]]:
     """The optimizer base classes whose apply_gradients OptimizerScope routes: Keras 3's, and
     with tf_keras installed its optimizers' and its legacy optimizers' (OptimizerV2)."""
-    classes = [keras.optimizers.Optimizer]
+    classes: list[type[Optimizer]] = [keras.optimizers.Optimizer]
     try:
         import tf_keras
 
@@ -45,8 +57,8 @@ def _optimizer_classes() -> list[type]:
 
 # The scopes entered and not yet left, in any thread. Keras is patched while there is one:
 # replicas of a MirroredStrategy enter their scopes from their own threads, interleaved.
-_active_scopes: list = []
-_saved_methods: list = []
+_active_scopes: list[OptimizerScope] = []
+_saved_methods: list[tuple[type[Optimizer], str, object]] = []
 _scopes_lock = threading.Lock()
 
 
@@ -54,7 +66,13 @@ def _patch_keras() -> None:
     for cls in _optimizer_classes():
         original = cls.apply_gradients
 
-        def routed(opt, grads_and_vars, *args, _original=original, **kwargs):
+        def routed(
+            opt: Optimizer,
+            grads_and_vars: Iterable[GradAndVar],
+            *args: object,
+            _original: Callable[..., tf.Operation] = original,
+            **kwargs: object,
+        ) -> tf.Operation:
             return apply_gradients(
                 opt,
                 grads_and_vars,
@@ -68,7 +86,12 @@ def _patch_keras() -> None:
     # updates them itself, with slots of its own (and fails on an empty [0, dim] shard).
     original_apply = keras.optimizers.Optimizer.apply
 
-    def routed_apply(opt, grads, trainable_variables=None, _original=original_apply):
+    def routed_apply(
+        opt: Optimizer,
+        grads: Iterable[tf.Tensor],
+        trainable_variables: Iterable[tf.Variable] | None = None,
+        _original: Callable[..., tf.Operation] = original_apply,
+    ) -> tf.Operation:
         if trainable_variables is None:
             if not opt.built:
                 return _original(opt, grads)  # Keras' own error
@@ -116,7 +139,7 @@ class OptimizerScope:
     [[1.0, 1.0], [0.5, 0.5], [1.0, 1.0]]
     """
 
-    def __init__(self, var_list):
+    def __init__(self, var_list: tf.Variable | Iterable[tf.Variable]) -> None:
         # Tables are recognised by type, so var_list is only checked: a value that is no
         # variable is a mistake better reported here than ignored.
         if is_variable(var_list):
@@ -128,14 +151,19 @@ class OptimizerScope:
                     f"keras.Variable), got {type(v).__name__}"
                 )
 
-    def __enter__(self):
+    def __enter__(self) -> OptimizerScope:
         with _scopes_lock:
             if not _active_scopes:
                 _patch_keras()
             _active_scopes.append(self)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> Literal[False]:
         with _scopes_lock:
             _active_scopes.remove(self)
             if not _active_scopes:
@@ -143,7 +171,9 @@ class OptimizerScope:
         return False
 
 
-def OptimizerWrapper(optimizer):  # noqa: N802 (SOK's name)
+def OptimizerWrapper(  # noqa: N802 (SOK's name)
+    optimizer: Optimizer,
+) -> KerasOptimizerWrapper | TFKerasOptimizerWrapper:
     """Wraps an optimizer so that its apply_gradients routes sok_lite tables to row-wise kernels.
 
     The object form of OptimizerScope, for code that cannot use a `with` block. A factory: for
@@ -190,7 +220,7 @@ class TFKerasOptimizerWrapper(WrapsOptimizer):
     neither advance nor read it. sok_lite.dump/load save and restore the wrapper's count.
     """
 
-    def __init__(self, optimizer):
+    def __init__(self, optimizer: Optimizer) -> None:
         self._optimizer = optimizer
         self._iterations = tf.Variable(
             0,
@@ -201,7 +231,7 @@ class TFKerasOptimizerWrapper(WrapsOptimizer):
         )
 
     @property
-    def optimizer(self):
+    def optimizer(self) -> Optimizer:
         return self._optimizer
 
     @property
@@ -209,7 +239,9 @@ class TFKerasOptimizerWrapper(WrapsOptimizer):
         """The steps this wrapper has applied (not those the wrapped optimizer took alone)."""
         return self._iterations
 
-    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+    def apply_gradients(
+        self, grads_and_vars: Iterable[GradAndVar], *args: object, **kwargs: object
+    ) -> tf.Operation:
         kwargs.pop("experimental_aggregate_gradients", None)  # SOK-era argument: no meaning here
         keras_apply = type(self._optimizer).apply_gradients
         with counting_steps_with(self._optimizer, self._iterations):
@@ -220,5 +252,5 @@ class TFKerasOptimizerWrapper(WrapsOptimizer):
                 is_table,
             )
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> object:
         return getattr(self._optimizer, name)

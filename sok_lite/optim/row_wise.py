@@ -5,6 +5,7 @@ all step through `apply_gradients` here.
 """
 
 import contextlib
+from collections.abc import Callable, Iterable, Iterator
 
 import keras
 import tensorflow as tf
@@ -14,10 +15,17 @@ from sok_lite._tf_internals import check_numerics_enabled
 from sok_lite.comm.shards import ReplicaShards, local_shard
 from sok_lite.optim.optimizer_rules import learning_rate, rule_for, weight_decay
 from sok_lite.tables.table_dtypes import row_dtype
-from sok_lite.tables.table_kind import TableKind
+from sok_lite.tables.table_kind import Optimizer, TableKind
+
+# A (gradient, variable) pair as Keras' apply_gradients takes it.
+GradAndVar = tuple[tf.Tensor | tf.IndexedSlices | None, tf.Variable]
+# How the optimizer applies the pairs that are not sok_lite tables: (optimizer, pairs) -> op.
+KerasApply = Callable[[Optimizer, list[GradAndVar]], tf.Operation]
 
 
-def filter_variables(variables) -> tuple[list, list]:
+def filter_variables(
+    variables: Iterable[tf.Variable],
+) -> tuple[list[tf.Variable], list[tf.Variable]]:
     """Splits variables into (sok_lite tables, everything else), keeping their order.
 
     >>> import numpy as np, tensorflow as tf, sok_lite as sok
@@ -25,23 +33,24 @@ def filter_variables(variables) -> tuple[list, list]:
     >>> len(ours), len(others)
     (1, 1)
     """
-    ours, others = [], []
+    ours: list[tf.Variable] = []
+    others: list[tf.Variable] = []
     for v in variables:
         (ours if is_table(v) else others).append(v)
     return ours, others
 
 
-def is_table(var) -> bool:
+def is_table(var: object) -> bool:
     """Whether `var` is a sok_lite table (or the per-replica shards of one)."""
     return isinstance(var, (TableKind, ReplicaShards))
 
 
-def is_variable(value) -> bool:
+def is_variable(value: object) -> bool:
     """Whether `value` is a variable: a sok_lite table, a tf.Variable or a keras.Variable."""
     return is_table(value) or isinstance(value, (tf.Variable, keras.Variable))
 
 
-def _as_rows(grad, var) -> tf.IndexedSlices:
+def _as_rows(grad: tf.Tensor | tf.IndexedSlices, var: TableKind) -> tf.IndexedSlices:
     """The gradient as IndexedSlices over local rows, checked against the table."""
     name = var.name.split(":")[0]
     if isinstance(grad, tf.IndexedSlices):
@@ -72,16 +81,18 @@ def _as_rows(grad, var) -> tf.IndexedSlices:
     return var.gradient_rows(values, indices)
 
 
-def _divided(grad: tf.IndexedSlices, divisor) -> tf.IndexedSlices:
+def _divided(grad: tf.IndexedSlices, divisor: float | tf.Tensor) -> tf.IndexedSlices:
     values = grad.values / tf.cast(divisor, grad.values.dtype)
     return tf.IndexedSlices(values, grad.indices, grad.dense_shape)
 
 
-def _sq_norm(values) -> tf.Tensor:
+def _sq_norm(values: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(tf.square(tf.cast(values, tf.float32)))
 
 
-def _clip(optimizer, ours, dense):
+def _clip(
+    optimizer: Optimizer, ours: list[tuple[tf.IndexedSlices, TableKind]], dense: list[GradAndVar]
+) -> tuple[list[tuple[tf.IndexedSlices, TableKind]], list[GradAndVar], bool]:
     """Keras' clipvalue / clipnorm / global_clipnorm, with norms over every rank's rows.
 
     Returns the clipped (ours, dense) and whether Keras must skip its own global clipping.
@@ -106,7 +117,7 @@ def _clip(optimizer, ours, dense):
         scale = global_clipnorm * tf.minimum(1.0 / norm, 1.0 / global_clipnorm)
         scale = scale + (norm - norm)  # NaN/Inf norms propagate, as in Keras
 
-        def scaled(g):
+        def scaled(g: tf.Tensor | tf.IndexedSlices) -> tf.Tensor | tf.IndexedSlices:
             if isinstance(g, tf.IndexedSlices):
                 return tf.IndexedSlices(
                     g.values * tf.cast(scale, g.dtype), g.indices, g.dense_shape
@@ -128,7 +139,7 @@ def _clip(optimizer, ours, dense):
 
 
 @contextlib.contextmanager
-def _without_global_clipnorm(optimizer, active: bool):
+def _without_global_clipnorm(optimizer: Optimizer, active: bool) -> Iterator[None]:
     if not active:
         yield
         return
@@ -140,7 +151,12 @@ def _without_global_clipnorm(optimizer, active: bool):
         optimizer.global_clipnorm = saved
 
 
-def apply_gradients(optimizer, grads_and_vars, keras_apply, is_ours):
+def apply_gradients(
+    optimizer: Optimizer,
+    grads_and_vars: Iterable[GradAndVar],
+    keras_apply: KerasApply,
+    is_ours: Callable[[object], bool],
+) -> tf.Operation:
     """Routes (grad, var) pairs: is_ours(var) -> row-wise kernel, the rest -> keras_apply.
 
     The optimizer's iterations advance once, as in Keras.

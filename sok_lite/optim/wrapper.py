@@ -1,6 +1,10 @@
 """sok_lite.keras.OptimizerWrapper: a Keras 3 optimizer for model.compile() that updates
 sok_lite tables row-wise and every other weight through the wrapped Keras optimizer."""
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+
 import keras
 import tensorflow as tf
 
@@ -8,7 +12,8 @@ from sok_lite._keras_internals import built_variables
 from sok_lite.comm.shards import shards_of
 from sok_lite.optim.loss_scaling import adapt_loss_scale_optimizer
 from sok_lite.optim.optimizer_rules import WrapsOptimizer, rule_for, unwrap
-from sok_lite.optim.row_wise import apply_gradients, filter_variables, is_table
+from sok_lite.optim.row_wise import GradAndVar, apply_gradients, filter_variables, is_table
+from sok_lite.tables.table_kind import Optimizer
 
 
 @keras.saving.register_keras_serializable(package="sok_lite")
@@ -50,7 +55,7 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
     0.01
     """
 
-    def __init__(self, inner_optimizer, name: str | None = None):
+    def __init__(self, inner_optimizer: Optimizer, name: str | None = None) -> None:
         inner_optimizer = unwrap(inner_optimizer)  # already wrapped: wrap once
         if isinstance(inner_optimizer, (str, dict)):  # what keras.optimizers.get() takes
             raise TypeError(
@@ -79,7 +84,7 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
         super().__init__(learning_rate=0.0, name=name or f"sok_lite_{inner_optimizer.name}")
         self.inner_optimizer = inner_optimizer
 
-    def build(self, variables):
+    def build(self, variables: list[tf.Variable]) -> None:
         adapt_loss_scale_optimizer(self)  # when a LossScaleOptimizer is building this one
         tables, dense = filter_variables(variables)
         self.inner_optimizer.build(dense)
@@ -100,7 +105,11 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
         self._table_slots = store
         super().build(variables)
 
-    def apply_gradients(self, grads_and_vars, experimental_aggregate_gradients=None):
+    def apply_gradients(
+        self,
+        grads_and_vars: Iterable[GradAndVar],
+        experimental_aggregate_gradients: object = None,
+    ) -> tf.Operation:
         # experimental_aggregate_gradients: accepted for code written against SOK; ignored.
         pairs = list(grads_and_vars)
         if not self.built:
@@ -114,43 +123,47 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
             is_table,
         )
 
-    def apply(self, grads, trainable_variables=None):
+    def apply(
+        self,
+        grads: Iterable[tf.Tensor | tf.IndexedSlices],
+        trainable_variables: Iterable[tf.Variable] | None = None,
+    ) -> tf.Operation:
         if trainable_variables is None:
             trainable_variables = built_variables(self)
         return self.apply_gradients(zip(grads, trainable_variables))
 
     @property
-    def optimizer(self):
+    def optimizer(self) -> Optimizer:
         """The wrapped optimizer, under the name sok_lite.OptimizerWrapper uses."""
         return self.inner_optimizer
 
     @property
-    def iterations(self):
+    def iterations(self) -> tf.Variable:
         return self.inner_optimizer.iterations
 
     @property
-    def learning_rate(self):
+    def learning_rate(self) -> tf.Variable:
         return self.inner_optimizer.learning_rate
 
     @learning_rate.setter
-    def learning_rate(self, learning_rate):
+    def learning_rate(self, learning_rate: float | tf.Tensor) -> None:
         self.inner_optimizer.learning_rate = learning_rate
 
     @property
-    def loss_scale_factor(self):
+    def loss_scale_factor(self) -> float | None:
         """The wrapped optimizer's static loss scale: fit multiplies the loss by it and every
         gradient, of tables too, is divided by it before the update."""
         inner = vars(self).get("inner_optimizer")  # Keras' __init__ reads it before it is set
         return None if inner is None else inner.loss_scale_factor
 
     @loss_scale_factor.setter
-    def loss_scale_factor(self, factor):
+    def loss_scale_factor(self, factor: float | None) -> None:
         # The wrapped optimizer's, as a LossScaleOptimizer expects when it turns it off.
         inner = vars(self).get("inner_optimizer")
         if inner is not None:
             inner.loss_scale_factor = factor
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> None:
         if name == "loss_scale_factor":
             # A LossScaleOptimizer being made around this wrapper turns it off (Keras skips
             # the setter when the value does not change, so this is where it always arrives).
@@ -158,27 +171,31 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
         super().__setattr__(name, value)
 
     @property
-    def variables(self):
+    def variables(self) -> list[tf.Variable]:
         """The wrapped optimizer's variables, then the slots of each table in build order."""
         table_slots = [s for slots in self._table_slots.slots for s in slots] if self.built else []
-        return self.inner_optimizer.variables + table_slots
+        variables: list[tf.Variable] = self.inner_optimizer.variables + table_slots
+        return variables
 
-    def scale_loss(self, loss):
+    def scale_loss(self, loss: tf.Tensor) -> tf.Tensor:
         return self.inner_optimizer.scale_loss(loss)
 
-    def finalize_variable_values(self, var_list):
+    def finalize_variable_values(self, var_list: Iterable[tf.Variable]) -> None:
         self.inner_optimizer.finalize_variable_values([v for v in var_list if not is_table(v)])
 
-    def get_config(self) -> dict:
+    def get_config(self) -> dict[str, object]:
         return {
             "name": self.name,
             "inner_optimizer": keras.saving.serialize_keras_object(self.inner_optimizer),
         }
 
     @classmethod
-    def from_config(cls, config, custom_objects=None):
+    def from_config(
+        cls, config: dict[str, object], custom_objects: dict[str, object] | None = None
+    ) -> OptimizerWrapper:
         config = dict(config)
         inner = keras.saving.deserialize_keras_object(
             config.pop("inner_optimizer"), custom_objects=custom_objects
         )
-        return cls(inner, **config)
+        # type escape: a Keras config is an untyped dict; what is left of it is get_config's name
+        return cls(inner, **config)  # type: ignore[arg-type]
