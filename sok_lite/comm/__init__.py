@@ -8,6 +8,7 @@ MultiWorkerMirroredStrategy: one or more per worker process).
 import gc
 import itertools
 import weakref
+from typing import TypeVar
 
 import tensorflow as tf
 
@@ -142,7 +143,10 @@ def _table_name(table) -> str | None:
         return None
 
 
-def register_table(table):
+_T = TypeVar("_T")
+
+
+def register_table(table: _T) -> _T:
     """Records `table` (a new sok_lite table, or one shard of it) as created under the current
     communicator, which init() then refuses to replace while it is alive. Returns `table`."""
     current()

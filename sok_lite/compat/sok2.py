@@ -27,9 +27,13 @@ class _VersionList(list):
     [2, 21, 0] for TensorFlow 2.21.0 (a suffix such as "rc1" is dropped)."""
 
 
-tf_version = _VersionList(
-    int(re.match(r"\d*", part).group() or 0) for part in tf.__version__.split(".")
-)
+def _leading_int(part: str) -> int:
+    """The number a version part starts with, 0 for none ("0rc1" -> 0)."""
+    digits = re.match(r"\d+", part)
+    return int(digits.group()) if digits else 0
+
+
+tf_version = _VersionList(_leading_int(part) for part in tf.__version__.split("."))
 
 
 class _RawOps:

@@ -7,13 +7,17 @@ HierarchicalKV settings) into those, and adds SOK's attributes: key_type, handle
 backend_type, config_dict, and `size` that also reads as a property (TableSize).
 """
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+import numpy.typing as npt
 import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite.tables.dynamic import DynamicTable
 from sok_lite.tables.dynamic_config import positive_int
 from sok_lite.tables.placement import Placement
+from sok_lite.tables.storage import Disk
 
 # SOK's table backends ("hbm": its GPU hash table, "hybrid": HierarchicalKV); both are this
 # hash table.
@@ -42,7 +46,7 @@ class TableSize:
     row count. The count is taken when `size` is read.
     """
 
-    def __init__(self, rows: tf.Tensor, dimension: int):
+    def __init__(self, rows: tf.Tensor, dimension: int) -> None:
         self._rows = rows
         self._dimension = dimension
 
@@ -53,19 +57,23 @@ class TableSize:
         """The int64 [rows, dimension]."""
         return tf.stack([self._rows, tf.constant(self._dimension, tf.int64)])
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int | slice) -> tf.Tensor:
         return self.shape()[index]
 
     def __int__(self) -> int:
         return int(self._rows)
 
-    def numpy(self) -> np.ndarray:
-        return self.shape().numpy()
+    def numpy(self) -> npt.NDArray[np.int64]:
+        pair: npt.NDArray[np.int64] = self.shape().numpy()
+        return pair
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(
+        self, dtype: npt.DTypeLike | None = None, copy: bool | None = None
+    ) -> npt.NDArray[np.generic]:
         return np.asarray(self.numpy(), dtype=dtype)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
+        rows: int | str
         try:
             rows = int(self._rows)
         except TypeError:  # symbolic, inside a tf.function
@@ -78,12 +86,7 @@ tf.register_tensor_conversion_function(
 )
 
 
-tf.register_tensor_conversion_function(
-    TableSize, lambda value, dtype=None, name=None, as_ref=False: value.shape()
-)
-
-
-def _evict_policy(config: dict, evict_policy: str | None) -> str:
+def _evict_policy(config: dict[str, object], evict_policy: str | None) -> str:
     """Checks SOK's HierarchicalKV settings; returns the eviction policy."""
     unknown = sorted(set(config) - _HKV_HINTS - {"evict_strategy", "filter_ratio"})
     if unknown:
@@ -97,14 +100,14 @@ def _evict_policy(config: dict, evict_policy: str | None) -> str:
     strategy = config.get("evict_strategy")
     if strategy is None:
         return "lru" if evict_policy is None else evict_policy
-    if strategy not in _HKV_EVICT:
+    if not isinstance(strategy, str) or strategy not in _HKV_EVICT:
         raise ValueError(f"evict_strategy must be one of {sorted(_HKV_EVICT)}, got {strategy!r}")
     if evict_policy is not None and evict_policy != _HKV_EVICT[strategy]:
         raise ValueError(f"evict_strategy {strategy!r} and evict_policy {evict_policy!r} disagree")
     return _HKV_EVICT[strategy]
 
 
-def _key_dtype(key_type, key_dtype):
+def _key_dtype(key_type: tf.DType | str | None, key_dtype: tf.DType | str | None) -> tf.DType | str:
     """key_dtype, given as itself or as SOK's key_type (int64 when neither is)."""
     if key_type is not None and key_dtype is not None:
         if tf.as_dtype(key_type) != tf.as_dtype(key_dtype):
@@ -116,7 +119,7 @@ def _key_dtype(key_type, key_dtype):
     return tf.int64 if chosen is None else chosen
 
 
-def _capacity(capacity, max_capacity, mode: str) -> int | None:
+def _capacity(capacity: int | None, max_capacity: int | None, mode: str) -> int | None:
     """The rows over all ranks: capacity, or SOK's max_capacity per rank times the ranks that
     hold rows (1 for "localized:K")."""
     if max_capacity is None:
@@ -130,31 +133,38 @@ def _capacity(capacity, max_capacity, mode: str) -> int | None:
     return per_rank * holders
 
 
-class SokDynamicVariable:
+if TYPE_CHECKING:
+    # The table class the mixin sits above (see DynamicVariable), for the checker only.
+    _TableBase = DynamicTable
+else:
+    _TableBase = object
+
+
+class SokDynamicVariable(_TableBase):
     """SOK's constructor and attributes of a hash table, mixed in above the table class
     (sok_lite.tables.dynamic.DynamicTable), to which it passes sok_lite's own arguments."""
 
     def __init__(
         self,
         dimension: int,
-        initializer=None,
+        initializer: object = None,
         var_type: str | None = None,
         name: str | None = None,
-        constraint=None,
+        constraint: object = None,
         trainable: bool = True,
-        key_type=None,
-        dtype=None,
+        key_type: tf.DType | str | None = None,
+        dtype: tf.DType | str | None = None,
         mode: str | None = None,
         *,
-        key_dtype=None,
+        key_dtype: tf.DType | str | None = None,
         capacity: int | None = None,
         evict_policy: str | None = None,
         min_count: int = 1,
-        storage=None,
+        storage: Disk | None = None,
         init_capacity: int | None = None,
         max_capacity: int | None = None,
-        **config,
-    ):
+        **config: object,
+    ) -> None:
         var_type = "hbm" if var_type is None else var_type
         if var_type not in VAR_TYPES:
             raise ValueError(f"var_type must be one of {VAR_TYPES}, got {var_type!r}")
@@ -200,7 +210,7 @@ class SokDynamicVariable:
         return self._var_type
 
     @property
-    def config_dict(self) -> dict:
+    def config_dict(self) -> dict[str, object]:
         """SOK's table settings given at construction (init_capacity, max_capacity, ...)."""
         return dict(self._config)
 

@@ -108,7 +108,8 @@ def _sok_init(last: str):
     for name in (*_SOK_ARGS, last):
         default = True if name == "validate_shape" else None
         params.append(inspect.Parameter(name, kind, default=default))
-    __init__.__signature__ = inspect.Signature(params)
+    # inspect reads a function's __signature__, which the checker's function type lacks.
+    __init__.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     return __init__
 
 

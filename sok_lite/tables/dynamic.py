@@ -2,17 +2,23 @@
 created on first lookup. It takes sok_lite's own arguments; SOK's constructor and names are
 added above it, in sok_lite.compat.sok2_dynamic."""
 
+from __future__ import annotations
+
 import contextlib
 import math
+from collections.abc import Callable
+from typing import NoReturn
 
 import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite._tf_internals import BaseResourceVariable, variable_accessed
 from sok_lite.comm.shards import create_shards
+from sok_lite.comm.strategy import StrategyCommunicator
 from sok_lite.ops import dynamic_ops
 from sok_lite.tables.dynamic_config import (
     DYNAMIC_DTYPES,
+    CreateArgs,
     _host_device,
     _initializer_spec,
     _table_ids,
@@ -27,14 +33,14 @@ from sok_lite.tables.table_dtypes import (
     check_table_dtype,
     rounding_seed,
 )
-from sok_lite.tables.table_kind import MEMORY_STATS, TableKind, ram_only
+from sok_lite.tables.table_kind import MEMORY_STATS, MemoryStats, TableKind, ram_only
 
 # With several ranks, sparse_read exchanges keys with their owners: lookup_sparse's work, which
 # sok_lite.lookup.sparse registers here (a table does not import the lookups above it).
-_multi_rank_read = None
+_multi_rank_read: Callable[[DynamicTable, tf.Tensor], tf.Tensor] | None = None
 
 
-def register_multi_rank_read(read) -> None:
+def register_multi_rank_read(read: Callable[[DynamicTable, tf.Tensor], tf.Tensor]) -> None:
     """Sets read(table, ids [n, 1]) -> rows [n, dim], the lookup of one key per sample."""
     global _multi_rank_read
     _multi_rank_read = read
@@ -52,33 +58,38 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
         evict_policy, min_count, storage: as sok_lite.DynamicVariable's.
     """
 
-    def __new__(cls, *args, **kwargs):
+    def __new__(cls, *args: object, **kwargs: object) -> DynamicTable:
         communicator = comm.current()
-        if communicator.shards_per_table == 1:
-            return comm.register_table(super().__new__(cls))
+        if not isinstance(communicator, StrategyCommunicator) or communicator.shards_per_table == 1:
+            table: DynamicTable = super().__new__(cls)
+            return comm.register_table(table)
         # The default seed is taken once for the table: every shard initializes keys alike.
-        args = list(args)
-        if len(args) > 1:
-            args[1] = _initializer_spec(args[1])
+        listed = list(args)
+        if len(listed) > 1:
+            listed[1] = _initializer_spec(listed[1])
         else:
             kwargs["initializer"] = _initializer_spec(kwargs.get("initializer"))
-        return create_shards(lambda: cls(*args, **kwargs), communicator)
+        # The arguments go to the constructor as given (__init__ checks them).
+        make: Callable[..., DynamicTable] = cls
+        # type escape: under a multi-replica strategy the constructor returns the table's
+        # ReplicaShards, which stands for the running replica's shard
+        return create_shards(lambda: make(*listed, **kwargs), communicator)  # type: ignore[return-value]
 
     def __init__(
         self,
         dimension: int,
-        initializer=None,
+        initializer: object = None,
         *,
         name: str | None = None,
         trainable: bool = True,
-        dtype=tf.float32,
+        dtype: tf.DType | str = tf.float32,
         mode: str = "distributed",
-        key_dtype=tf.int64,
+        key_dtype: tf.DType | str = tf.int64,
         capacity: int | None = None,
         evict_policy: str = "lru",
         min_count: int = 1,
-        storage=None,
-    ):
+        storage: Disk | None = None,
+    ) -> None:
         dimension = positive_int(dimension, "DynamicVariable dimension")
         key_dtype = tf.as_dtype(key_dtype)
         if key_dtype not in (tf.int32, tf.int64):
@@ -115,7 +126,7 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
         # From the name every rank gives the table: the same draws on any rank.
         seed = rounding_seed(name, [None, dimension])
         # Kept to create a staging table configured alike (checkpoint loads swap one in).
-        create_args = dict(
+        create_args: CreateArgs = dict(
             dim=dimension,
             init=init,
             capacity=per_rank,
@@ -151,7 +162,7 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
         self._storage = storage
 
     @staticmethod
-    def _storage_of(storage, name: str, capacity) -> tuple:
+    def _storage_of(storage: object, name: str, capacity: int | None) -> tuple[str, int]:
         """(directory of this rank's disk tier or "", ram_budget or 0)."""
         if storage is None:
             return "", 0
@@ -168,7 +179,7 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
         return table_dir(storage, name, comm.current().rank), storage.ram_budget
 
     @staticmethod
-    def _capacity_of(capacity, holders: int) -> tuple:
+    def _capacity_of(capacity: object, holders: int) -> tuple[int | None, int]:
         """(rows over all ranks or None, rows per rank or 0 for unbounded)."""
         if capacity is None:
             return None, 0
@@ -196,11 +207,11 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
         return self._create_args["capacity"] or None
 
     @property
-    def storage(self):
+    def storage(self) -> Disk | None:
         """The sok.storage.Disk given at construction, or None (every row in RAM)."""
         return self._storage
 
-    def memory_stats(self) -> dict:
+    def memory_stats(self) -> MemoryStats:
         """This rank's rows and bytes in RAM and on disk and the table's counters.
 
         Returns:
@@ -216,15 +227,16 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
         if not self._on_host():  # the GPU table keeps no counters
             return ram_only(int(dynamic_ops.size(self.handle)), 0)
         values = [int(v) for v in dynamic_ops.memory_stats(self.handle).numpy()]
-        stats = dict(zip(MEMORY_STATS, values))
-        stats["ram_budget"] = None if stats["ram_budget"] < 0 else stats["ram_budget"]
+        stats: MemoryStats = dict(zip(MEMORY_STATS, values))
+        budget = stats["ram_budget"]
+        stats["ram_budget"] = None if budget is None or budget < 0 else budget
         return stats
 
     def _on_host(self) -> bool:
         return tf.DeviceSpec.from_string(self.handle.device).device_type in (None, "CPU")
 
     @property
-    def initializer_spec(self):
+    def initializer_spec(self) -> RowInitializer:
         """The per-key initializer (a sok_lite.tables.initializers.RowInitializer)."""
         return self._init
 
@@ -233,7 +245,7 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
         rank must call it (the count is summed over ranks)."""
         return comm.current().allreduce_sum(dynamic_ops.size(self.handle))
 
-    def sparse_read(self, indices, name=None) -> tf.Tensor:
+    def sparse_read(self, indices: tf.Tensor, name: str | None = None) -> tf.Tensor:
         """The rows of the keys `indices` (any shape): [*indices.shape, dimension].
 
         tf.gather(table, ids) and tf.nn.embedding_lookup(table, ids) call this. Missing rows are
@@ -264,6 +276,8 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
                     f"dynamic table '{self._label}'",
                 )
             else:
+                if _multi_rank_read is None:
+                    raise RuntimeError("no multi-rank read is registered: import sok_lite first")
                 # One key per sample: the owners' rows, each "combined" alone.
                 rows = _multi_rank_read(self, tf.expand_dims(flat, 1))
             out = tf.reshape(rows, tf.concat([tf.shape(keys), [self._dimension]], 0))
@@ -273,7 +287,7 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
     def _label(self) -> str:
         return self.name.split(":")[0]
 
-    def gather_nd(self, indices, name=None):
+    def gather_nd(self, indices: tf.Tensor, name: str | None = None) -> NoReturn:
         """Not supported: a hash table is read by key, with tf.gather or lookup_sparse.
 
         Raises:
@@ -284,7 +298,7 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
             "keys), tf.nn.embedding_lookup or sok_lite.lookup_sparse"
         )
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"<sok_lite.DynamicVariable '{self._label}' dimension={self._dimension} "
             f"mode={self.mode}>"

@@ -3,6 +3,7 @@ stores, the per-key initializer, the host device of a CPU table and checked size
 
 import itertools
 import numbers
+from typing import TypedDict
 
 import numpy as np
 import tensorflow as tf
@@ -16,7 +17,21 @@ RESTORE_ROWS = 65536  # rows per assign of a restore
 DYNAMIC_DTYPES = (tf.float32, tf.bfloat16, tf.float16)
 
 
-def _initializer_spec(initializer):
+class CreateArgs(TypedDict):
+    """How a hash table was configured: sok_lite.ops.dynamic_ops.create_table's arguments
+    besides its shared name and tier path (kept to create a staging table alike)."""
+
+    dim: int
+    init: RowInitializer
+    capacity: int  # rows per rank, 0: unbounded
+    policy: str
+    min_count: int
+    ram_budget: int
+    storage_dtype: tf.DType
+    rounding_seed: int
+
+
+def _initializer_spec(initializer: object) -> object:
     """The per-key initializer when it can be computed, else the argument unchanged."""
     if initializer is None:
         initializer = "random_normal"
@@ -35,7 +50,7 @@ def _host_device() -> str:
     return placed.replace(device_type="CPU", device_index=0).to_string()
 
 
-def positive_int(value, what: str) -> int:
+def positive_int(value: object, what: str) -> int:
     """`value` as an int, which must be a positive integer (not a bool).
 
     Raises:

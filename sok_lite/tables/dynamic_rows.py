@@ -3,25 +3,62 @@ replace_rows, checkpointing, refused dense reads and updates, and the TableKind 
 (DynamicRows, a base class of DynamicVariable)."""
 
 import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite.ops import dynamic_ops
-from sok_lite.tables.dynamic_config import RESTORE_ROWS, _host_device, _table_ids
+from sok_lite.tables.dynamic_config import RESTORE_ROWS, CreateArgs, _host_device, _table_ids
 from sok_lite.tables.key_hash import OWNER_BY_HASH, hash_owner
 from sok_lite.tables.staging import ReplayedRows, StagedRows, SwappedRows
 from sok_lite.tables.table_dtypes import (
     check_value_range,
 )
-from sok_lite.tables.table_kind import ServingRows, optimizer_state
+from sok_lite.tables.table_kind import (
+    IdArray,
+    Optimizer,
+    RowArray,
+    RowRule,
+    ServingRows,
+    TableKind,
+    optimizer_state,
+)
+
+if TYPE_CHECKING:
+    from sok_lite.tables.initializers import RowInitializer
+    from sok_lite.tables.placement import Placement
 
 
 class DynamicRows:
     """The row-set methods and TableKind answers of a DynamicVariable (see dynamic.py)."""
 
-    def export(self, with_slots: bool = False, since_step: int | None = None):
+    if TYPE_CHECKING:  # what the table class (dynamic.py) and its variable base provide
+        handle: tf.Tensor
+        name: str
+        dtype: tf.DType
+        _unique_id: str
+        _key_dtype: tf.DType
+        _dimension: int
+        _placement: Placement
+        _capacity: int | None
+        _create_args: CreateArgs
+        _tier_path: str
+        _init: RowInitializer
+
+        @property
+        def rank_capacity(self) -> int | None: ...
+
+        @property
+        def _label(self) -> str: ...
+
+        def _on_host(self) -> bool: ...
+
+    def export(
+        self, with_slots: bool = False, since_step: int | None = None
+    ) -> tuple[tf.Tensor, tf.Tensor]:
         """(keys [n], values [n, dim]) stored on this rank; with_slots: rows [n, dim * (1 + k)],
         the value then each optimizer slot; since_step: only rows an optimizer step (or an
         assign) changed after that step."""
@@ -30,7 +67,14 @@ class DynamicRows:
         )
         return tf.cast(keys, self._key_dtype), values
 
-    def assign(self, keys, values, with_slots: bool = False, step: int | None = None, **unused):
+    def assign(
+        self,
+        keys: tf.Tensor,
+        values: tf.Tensor,
+        with_slots: bool = False,
+        step: int | None = None,
+        **unused: object,
+    ) -> tf.Operation:
         """Stores rows for keys (this rank's table; callers route keys to their owners).
 
         step: the optimizer step the rows count as changed at (default: later than any step, so
@@ -67,7 +111,7 @@ class DynamicRows:
         this rank removed."""
         return dynamic_ops.evict(self.handle, tf.constant(steps_unseen, tf.int64))
 
-    def replace_rows(self, keys, rows):
+    def replace_rows(self, keys: tf.Tensor, rows: tf.Tensor) -> tf.Operation | None:
         """Makes this rank's table hold exactly `keys` with `rows`; every other row is dropped.
 
         Args:
@@ -116,15 +160,15 @@ class DynamicRows:
             return dynamic_ops.assign(self.handle, keys, rows, with_slots=True)
 
     # tf.train.Checkpoint: this rank's keys and rows (value and optimizer slots).
-    def _serialize_to_tensors(self):
+    def _serialize_to_tensors(self) -> dict[str, tf.Tensor]:
         keys, rows = dynamic_ops.export(self.handle, with_slots=True)
         return {"keys": keys, "rows": rows}
 
-    def _restore_from_tensors(self, restored_tensors):
+    def _restore_from_tensors(self, restored_tensors: dict[str, tf.Tensor]) -> tf.Operation | None:
         return self.replace_rows(restored_tensors["keys"], restored_tensors["rows"])
 
     # A hash table has no dense value: reading it whole is a mistake, not a copy.
-    def value(self):
+    def value(self) -> NoReturn:
         raise ValueError(
             f"'{self._label}' is a DynamicVariable, a hash table with no dense value: read rows "
             "by key with tf.gather(table, keys), tf.nn.embedding_lookup or lookup_sparse, or "
@@ -135,7 +179,7 @@ class DynamicRows:
 
     read_value = value
 
-    def _dense_var_to_tensor(self, *args, **kwargs):
+    def _dense_var_to_tensor(self, *args: object, **kwargs: object) -> tf.Tensor:
         return self.value()
 
     # --- TableKind: key k on rank hash(k) % N (or every key on rank K) ---------------------
@@ -150,21 +194,23 @@ class DynamicRows:
         return self._placement.rank if self._placement.kind == "localized" else OWNER_BY_HASH
 
     @property
-    def id_dtypes(self) -> tuple:
+    def id_dtypes(self) -> tuple[tf.DType, ...]:
         return (tf.int32,) if self._key_dtype == tf.int32 else (tf.int32, tf.int64)
 
-    def owners(self, ids: np.ndarray, num_ranks: int) -> np.ndarray:
+    def owners(self, ids: IdArray, num_ranks: int) -> IdArray:
         if self._placement.kind == "localized":
             return np.full(len(ids), self._placement.rank)
         return hash_owner(ids, num_ranks)
 
-    def local_ids(self, ids, num_ranks):
+    def local_ids(self, ids: tf.Tensor, num_ranks: int) -> tf.Tensor:
         return ids  # a hash table stores rows by key
 
     @staticmethod
-    def read_local(tables, ids, labels) -> list:
+    def read_local(
+        tables: Sequence[TableKind], ids: Sequence[tf.Tensor], labels: Sequence[str]
+    ) -> list[tf.Tensor]:
         return [
-            dynamic_ops.lookup(t.handle, i, t.dimension, label)
+            dynamic_ops.lookup(t.handle, i, int(t.shape[1]), label)
             for t, i, label in zip(tables, ids, labels)
         ]
 
@@ -175,17 +221,34 @@ class DynamicRows:
             return False
         return self._on_host()
 
-    def lookup_combine(self, ids, splits, weights, combiner, hotness, label):
+    def lookup_combine(
+        self,
+        ids: tf.Tensor,
+        splits: tf.Tensor,
+        weights: tf.Tensor | None,
+        combiner: str,
+        hotness: int,
+        label: str,
+    ) -> tf.Tensor:
         return dynamic_ops.lookup_combine(
             self.handle, ids, splits, weights, self._dimension, combiner, hotness, label
         )
 
-    def gradient_rows(self, values, indices) -> tf.IndexedSlices:
+    def gradient_rows(self, values: tf.Tensor, indices: tf.Tensor) -> tf.IndexedSlices:
         return tf.IndexedSlices(values, indices)  # indices are keys: no dense shape
 
-    def apply_rows(self, optimizer, rule, grad, hyper, step) -> None:
+    def apply_rows(
+        self,
+        optimizer: Optimizer,
+        rule: RowRule,
+        grad: tf.IndexedSlices,
+        hyper: tf.Tensor,
+        step: tf.Tensor,
+    ) -> None:
         # Slots live in the hash table beside each row.
         state = optimizer_state(optimizer, rule)
+        if state is None:
+            raise ValueError(f"'{self._label}': a row-wise update needs an optimizer")
         label = f"dynamic table '{self._label}'"
         dynamic_ops.apply(
             self.handle,
@@ -198,13 +261,15 @@ class DynamicRows:
             step,
         )
 
-    def slot_variables(self, optimizer, rule) -> None:
+    def slot_variables(self, optimizer: Optimizer, rule: RowRule) -> None:
         return None
 
-    def checkpoint_meta(self) -> dict:
+    def checkpoint_meta(self) -> dict[str, object]:
         return {"kind": self.checkpoint_kind, "dim": self._dimension}
 
-    def checkpoint_chunks(self, optimizer, since_step, chunk_rows):
+    def checkpoint_chunks(
+        self, optimizer: Optimizer | None, since_step: int | None, chunk_rows: int
+    ) -> Iterator[tuple[IdArray, RowArray]]:
         fills = _slot_fills(optimizer)
         for keys, rows in self._export_pieces(optimizer is not None, since_step, chunk_rows):
             keys = keys.astype(np.int64)
@@ -212,11 +277,13 @@ class DynamicRows:
             # its slots will start from, so that every checkpoint row has the manifest's width.
             missing = fills[rows.shape[1] // self._dimension - 1 :]
             if missing:
-                pad = np.repeat(np.float32(missing), self._dimension)
+                pad = np.repeat(np.asarray(missing, np.float32), self._dimension)
                 rows = np.concatenate([rows, np.broadcast_to(pad, (len(rows), len(pad)))], axis=1)
             yield keys, rows
 
-    def _export_pieces(self, with_slots, since_step, chunk_rows):
+    def _export_pieces(
+        self, with_slots: bool, since_step: int | None, chunk_rows: int
+    ) -> Iterator[tuple[IdArray, RowArray]]:
         """(keys, rows) NumPy pieces of at most chunk_rows rows over both tiers; at least one
         (maybe empty). A host table is read a piece at a time: a dump never holds it whole."""
         label = f"dynamic table '{self._label}'"
@@ -236,7 +303,12 @@ class DynamicRows:
                 yield keys.numpy(), rows.numpy()
             first = False
 
-    def checkpoint_stage(self, pieces, optimizer, step) -> "StagedRows":
+    def checkpoint_stage(
+        self,
+        pieces: Iterable[tuple[IdArray, RowArray]],
+        optimizer: Optimizer | None,
+        step: int | None,
+    ) -> StagedRows:
         """Loads pieces into a staging table beside this one; the table itself changes only
         when the result's commit() swaps them in (sok_lite.tables.staging)."""
         # With slots, assign lays them out in the table first (see SokLiteDynamicAssign), from
@@ -250,7 +322,7 @@ class DynamicRows:
         # One empty assign first: it lays the slots out even when there are no rows.
         pieces = itertools.chain([(np.zeros([0], np.int64), np.zeros([0, width]))], pieces)
 
-        def fill(handle):
+        def fill(handle: tf.Tensor) -> None:
             # A piece at a time: a tiered table spills between them, and the rows are never
             # whole in RAM.
             for ids, rows in pieces:
@@ -265,7 +337,7 @@ class DynamicRows:
             return ReplayedRows(self, fill)
         return SwappedRows(self, self._new_staging_table, fill)
 
-    def _check_capacity(self, handle) -> None:
+    def _check_capacity(self, handle: tf.Tensor) -> None:
         """Refuses staged rows beyond this rank's capacity: a load must not leave the next
         lookup to drop them."""
         per_rank = self.rank_capacity
@@ -278,7 +350,7 @@ class DynamicRows:
                 "capacity (or none) to load them"
             )
 
-    def _new_staging_table(self, tier_dir: str):
+    def _new_staging_table(self, tier_dir: str) -> tf.Tensor:
         """An empty host table configured as this one, its disk tier (if any) in tier_dir."""
         with tf.init_scope(), tf.device(_host_device()):
             return dynamic_ops.create_table(
@@ -287,10 +359,10 @@ class DynamicRows:
                 **self._create_args,
             )
 
-    def export_rows(self):
+    def export_rows(self) -> tuple[tf.Tensor, tf.Tensor]:
         return self.export()
 
-    def assign_rows(self, ids, values) -> None:
+    def assign_rows(self, ids: tf.Tensor, values: tf.Tensor) -> None:
         self.assign(ids, values)
 
     def serving_copy(self) -> ServingRows:
@@ -302,7 +374,7 @@ class DynamicRows:
         return ServingRows(rows, keys, self._init)
 
 
-def _slot_fills(optimizer) -> list[float]:
+def _slot_fills(optimizer: Optimizer | None) -> list[float]:
     """The initial value of each of the optimizer's slots (none without an optimizer)."""
     state = optimizer_state(optimizer)
     return [] if state is None else state.slot_fills
@@ -311,13 +383,13 @@ def _slot_fills(optimizer) -> list[float]:
 class _Refused:
     """A tf.Variable method that a hash table refuses with a clear message."""
 
-    def __set_name__(self, owner, name):
+    def __set_name__(self, owner: type, name: str) -> None:
         self._method = name
 
-    def __get__(self, table, owner=None):
+    def __get__(self, table: DynamicRows, owner: type | None = None) -> Callable[..., NoReturn]:
         method = self._method
 
-        def refuse(*args, **kwargs):
+        def refuse(*args: object, **kwargs: object) -> NoReturn:
             raise NotImplementedError(
                 f"'{table._label}' is a DynamicVariable: {method}() is not supported; store "
                 "rows with assign(keys, values) and train them through "

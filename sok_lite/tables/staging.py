@@ -13,9 +13,23 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+import tensorflow as tf
 
 from sok_lite.ops import dynamic_ops
 from sok_lite.tables.storage import destroy_table, remove_tier_dir
+
+
+class _Table(Protocol):
+    """The hash table whose rows are staged (sok_lite.tables.dynamic.DynamicTable)."""
+
+    @property
+    def handle(self) -> tf.Tensor: ...
+    @property
+    def _tier_path(self) -> str: ...
 
 
 class StagedRows:
@@ -35,10 +49,15 @@ class StagedRows:
 class SwappedRows(StagedRows):
     """A staging table filled by fill(handle), swapped with the live table by commit()."""
 
-    def __init__(self, table, create, fill):
+    def __init__(
+        self,
+        table: _Table,
+        create: Callable[[str], tf.Tensor],
+        fill: Callable[[tf.Tensor], None],
+    ) -> None:
         self._table = table
         self._tier_dir = _staging_dir(table._tier_path) if table._tier_path else ""
-        self._handle = None
+        self._handle: tf.Tensor | None = None
         try:
             self._handle = create(self._tier_dir)
             fill(self._handle)
@@ -64,10 +83,10 @@ class ReplayedRows(StagedRows):
     """For a table with no swap kernel: commit() keeps the live rows (with slots) in host
     memory, clears the table and fills it; on failure, or by undo(), they are written back."""
 
-    def __init__(self, table, fill):
+    def __init__(self, table: _Table, fill: Callable[[tf.Tensor], None]) -> None:
         self._table = table
         self._fill = fill
-        self._saved = None
+        self._saved: tuple[np.ndarray, np.ndarray] | None = None
 
     def commit(self) -> None:
         keys, rows = dynamic_ops.export(self._table.handle, with_slots=True)
@@ -80,6 +99,8 @@ class ReplayedRows(StagedRows):
             raise
 
     def undo(self) -> None:
+        if self._saved is None:  # nothing was committed
+            return
         keys, rows = self._saved
         dynamic_ops.clear(self._table.handle)
         dynamic_ops.assign(self._table.handle, keys, rows, with_slots=True)

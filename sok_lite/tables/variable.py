@@ -1,11 +1,17 @@
 """sok_lite.Variable: a tf.Variable that holds this rank's shard of an embedding table."""
 
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TypeAlias, TypedDict, Unpack
+
 import numpy as np
 import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite._tf_internals import ResourceVariable
 from sok_lite.comm.shards import create_shards
+from sok_lite.comm.strategy import StrategyCommunicator
 from sok_lite.ops import lookup_ops
 from sok_lite.ops.optimizer_ops import sparse_apply
 from sok_lite.tables.initializers import RowInitializer, row_initializer
@@ -20,6 +26,11 @@ from sok_lite.tables.table_dtypes import (
     row_dtype,
 )
 from sok_lite.tables.table_kind import (
+    IdArray,
+    MemoryStats,
+    Optimizer,
+    RowArray,
+    RowRule,
     ServingRows,
     TableKind,
     _row_owner,
@@ -27,8 +38,21 @@ from sok_lite.tables.table_kind import (
     ram_only,
 )
 
+# A table's global [rows, dim], as a tf.TensorShape or a list of ints.
+ShapeLike: TypeAlias = tf.TensorShape | Sequence[int]
 
-def _global_value(initial_value, dtype) -> tf.Tensor:
+
+class _VariableArgs(TypedDict, total=False):
+    """Variable's keyword arguments besides initial_value, shape and initializer."""
+
+    dtype: tf.DType | str
+    mode: str
+    name: str | None
+    trainable: bool
+    slot_dtype: tf.DType | str | None
+
+
+def _global_value(initial_value: object, dtype: tf.DType) -> tf.Tensor:
     if callable(initial_value):
         initial_value = initial_value()
     if isinstance(initial_value, np.ndarray) or not tf.is_tensor(initial_value):
@@ -43,13 +67,29 @@ def _local_row_ids(placement: Placement, rows: int, rank: int, num_ranks: int) -
     return global_row(local, rank, num_ranks) if placement.kind == "distributed" else local
 
 
-def _row_initializer(initializer) -> RowInitializer | None:
+def _row_initializer(initializer: object) -> RowInitializer | None:
     if isinstance(initializer, RowInitializer):
         return initializer
     return row_initializer("random_normal" if initializer is None else initializer)
 
 
-def _local_value(initial_value, shape, initializer, dtype, placement, rank, num_ranks):
+def _whole_table(initializer: object, shape: tf.TensorShape, dtype: tf.DType) -> tf.Tensor:
+    """The global table from an initializer that is not computed per row: any
+    callable(shape, dtype)."""
+    if not callable(initializer):
+        raise TypeError(f"{type(initializer).__name__!r} object is not callable")
+    return tf.cast(initializer(shape, dtype=dtype), dtype)
+
+
+def _local_value(
+    initial_value: object,
+    shape: ShapeLike | None,
+    initializer: object,
+    dtype: tf.DType,
+    placement: Placement,
+    rank: int,
+    num_ranks: int,
+) -> tuple[tf.Tensor, tf.TensorShape]:
     """This rank's rows and the global shape, from a global value or from shape + initializer."""
     if initial_value is not None:
         if shape is not None or initializer is not None:
@@ -61,27 +101,29 @@ def _local_value(initial_value, shape, initializer, dtype, placement, rank, num_
         return tf.gather(value, ids), value.shape
     if shape is None:
         raise ValueError("pass initial_value, or shape= (with an optional initializer=)")
-    shape = tf.TensorShape(shape)
-    if shape.rank != 2 or not shape.is_fully_defined():
-        raise ValueError(f"an embedding table must be 2-D [rows, dim], got shape {shape}")
-    rows, dim = shape.as_list()
+    global_shape = tf.TensorShape(shape)
+    if global_shape.rank != 2 or not global_shape.is_fully_defined():
+        raise ValueError(f"an embedding table must be 2-D [rows, dim], got shape {global_shape}")
+    rows, dim = global_shape.as_list()
     ids = _local_row_ids(placement, rows, rank, num_ranks)
     init = _row_initializer(initializer)
     if init is not None:
-        return init(ids, dim, dtype), shape
+        return init(ids, dim, dtype), global_shape
     # Any other callable(shape, dtype): evaluated on the global shape, then sliced. Correct for
     # every rank count, but each rank computes the whole table once.
-    return tf.gather(tf.cast(initializer(shape, dtype=dtype), dtype), ids), shape
+    return tf.gather(_whole_table(initializer, global_shape, dtype), ids), global_shape
 
 
-def read_rows(tables, ids, labels) -> list:
+def read_rows(
+    tables: Sequence[TableKind], ids: Sequence[tf.Tensor], labels: Sequence[str]
+) -> list[tf.Tensor]:
     """Rows [n, dim] of local row ids, per table, in one op (tables of one row dtype whose rows
     are a resource variable's, in local row order; 16-bit tables are read as float32)."""
     dtype = row_dtype(tables[0].dtype)
-    return lookup_ops.gather_rows([t.handle for t in tables], list(ids), dtype, labels)
+    return lookup_ops.gather_rows([t.handle for t in tables], list(ids), dtype, list(labels))
 
 
-def _name(var) -> str:
+def _name(var: TableKind) -> str:
     return var.name.split(":")[0]
 
 
@@ -131,10 +173,18 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
     strategy.run.
     """
 
-    def __new__(cls, initial_value=None, *, shape=None, initializer=None, **kwargs):
+    def __new__(
+        cls,
+        initial_value: object = None,
+        *,
+        shape: ShapeLike | None = None,
+        initializer: object = None,
+        **kwargs: Unpack[_VariableArgs],
+    ) -> Variable:
         communicator = comm.current()
-        if communicator.shards_per_table == 1:
-            return comm.register_table(super().__new__(cls))
+        if not isinstance(communicator, StrategyCommunicator) or communicator.shards_per_table == 1:
+            table: Variable = super().__new__(cls)
+            return comm.register_table(table)
         # Random values are drawn (and default seeds taken) once for the table, not per shard.
         dtype = tf.as_dtype(kwargs.get("dtype", tf.float32))
         if initial_value is not None:
@@ -144,26 +194,28 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
         elif shape is not None:
             init = _row_initializer(initializer)
             if init is None:
-                initial_value = tf.cast(initializer(tf.TensorShape(shape), dtype=dtype), dtype)
+                initial_value = _whole_table(initializer, tf.TensorShape(shape), dtype)
                 shape = None
             initializer = init
-        return create_shards(
+        # type escape: under a multi-replica strategy the constructor returns the table's
+        # ReplicaShards, which stands for the running replica's shard
+        return create_shards(  # type: ignore[return-value]
             lambda: cls(initial_value, shape=shape, initializer=initializer, **kwargs),
             communicator,
         )
 
     def __init__(
         self,
-        initial_value=None,
+        initial_value: object = None,
         *,
-        shape=None,
-        initializer=None,
-        dtype=tf.float32,
+        shape: ShapeLike | None = None,
+        initializer: object = None,
+        dtype: tf.DType | str = tf.float32,
         mode: str = "distributed",
         name: str | None = None,
         trainable: bool = True,
-        slot_dtype=None,
-    ):
+        slot_dtype: tf.DType | str | None = None,
+    ) -> None:
         dtype = check_table_dtype(dtype, name)
         self._slot_dtype = check_slot_dtype(slot_dtype, dtype, name)
         placement = Placement.parse(mode)
@@ -202,19 +254,19 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
         table, else the table's dtype)."""
         return getattr(self, "_slot_dtype", row_dtype(self.dtype))
 
-    def key_map(self, indices):
+    def key_map(self, indices: tf.Tensor) -> tf.Tensor:
         """As in SOK: the local rows of global row ids that this rank owns (distributed: id // N;
         localized: the id itself)."""
         indices = tf.convert_to_tensor(indices)
         return self.local_ids(indices, tf.cast(comm.current().num_ranks, indices.dtype))
 
-    def slot_variable(self, local_value, name: str) -> "Variable":
+    def slot_variable(self, local_value: tf.Tensor, name: str) -> Variable:
         """A non-trainable variable with this table's placement, from this rank's local value.
 
         Used for optimizer slots, which follow their table row for row.
         """
         cls = type(self)
-        slot = ResourceVariable.__new__(cls)  # one shard, whatever the strategy
+        slot: Variable = ResourceVariable.__new__(cls)  # one shard, whatever the strategy
         ResourceVariable.__init__(
             slot, initial_value=local_value, trainable=False, name=name, dtype=local_value.dtype
         )
@@ -239,15 +291,16 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
     def owner_code(self) -> int:
         return self._placement.rank if self._placement.kind == "localized" else OWNER_BY_ROW
 
-    def owners(self, ids: np.ndarray, num_ranks: int) -> np.ndarray:
+    def owners(self, ids: IdArray, num_ranks: int) -> IdArray:
         if self._placement.kind == "localized":
             return np.full(len(ids), self._placement.rank)
-        return _row_owner(ids, num_ranks)[0]
+        owner: IdArray = _row_owner(ids, num_ranks)[0]
+        return owner
 
-    def local_ids(self, ids, num_ranks):
+    def local_ids(self, ids: tf.Tensor, num_ranks: int) -> tf.Tensor:
         return ids if self._placement.kind == "localized" else _row_owner(ids, num_ranks)[1]
 
-    def memory_stats(self) -> dict:
+    def memory_stats(self) -> MemoryStats:
         """This rank's rows and their bytes, all in RAM (optimizer slots are separate
         variables: sok_lite.memory_report adds them). Lookups are not counted: hits and
         misses are 0, as are the disk fields."""
@@ -260,12 +313,21 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
         rows = self.id_limit
         return _local_row_ids(self._placement, rows, communicator.rank, communicator.num_ranks)
 
-    def gradient_rows(self, values, indices) -> tf.IndexedSlices:
+    def gradient_rows(self, values: tf.Tensor, indices: tf.Tensor) -> tf.IndexedSlices:
         # The static shape: tf.shape(var) would read (and in copy-on-read mode copy) the table.
         return tf.IndexedSlices(values, indices, tf.constant(self.shape.as_list(), tf.int64))
 
-    def apply_rows(self, optimizer, rule, grad, hyper, step) -> None:
+    def apply_rows(
+        self,
+        optimizer: Optimizer,
+        rule: RowRule,
+        grad: tf.IndexedSlices,
+        hyper: tf.Tensor,
+        step: tf.Tensor,
+    ) -> None:
         state = optimizer_state(optimizer, rule)
+        if state is None:
+            raise ValueError(f"'{_name(self)}': a row-wise update needs an optimizer")
         handles = [s.handle for s in state.slots(self)]
         stride, offset = self._row_numbering
         sparse_apply(
@@ -283,10 +345,13 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
         )
         state.record_update(self, grad.indices, step)
 
-    def slot_variables(self, optimizer, rule) -> list:
-        return optimizer_state(optimizer, rule).slots(self)
+    def slot_variables(self, optimizer: Optimizer, rule: RowRule) -> list[tf.Variable]:
+        state = optimizer_state(optimizer, rule)
+        if state is None:
+            raise ValueError(f"'{_name(self)}': optimizer slots need an optimizer")
+        return state.slots(self)
 
-    def checkpoint_meta(self) -> dict:
+    def checkpoint_meta(self) -> dict[str, object]:
         shape = self.global_shape
         return {
             "kind": self.checkpoint_kind,
@@ -295,11 +360,15 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
             "dim": int(shape[1]),
         }
 
-    def checkpoint_chunks(self, optimizer, since_step, chunk_rows):
+    def checkpoint_chunks(
+        self, optimizer: Optimizer | None, since_step: int | None, chunk_rows: int
+    ) -> Iterator[tuple[IdArray, RowArray]]:
         state = optimizer_state(optimizer)
         slots = [] if state is None else state.saved_slots(self)
         if since_step is None:
             selected = tf.range(int(self.shape[0]), dtype=tf.int64)
+        elif state is None:
+            raise ValueError(f"'{_name(self)}': the rows changed since a step need the optimizer")
         else:
             selected = state.changed_rows(self, since_step)
         held = self.held_ids().numpy()
@@ -311,24 +380,35 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
             parts += [tf.cast(s.sparse_read(idx), parts[0].dtype) for s in slots]  # bf16: exact
             yield held[idx.numpy()], np.concatenate([p.numpy() for p in parts], axis=1)
 
-    def checkpoint_stage(self, pieces, optimizer, step) -> StagedRows:
+    def checkpoint_stage(
+        self,
+        pieces: Iterable[tuple[IdArray, RowArray]],
+        optimizer: Optimizer | None,
+        step: int | None,
+    ) -> StagedRows:
         """The rows to assign, in local order; the variable and its slots change only when the
         result's commit() assigns them."""
         # Every local row is given (checkpoint.load checks it), in local order.
-        pieces = list(pieces)
-        ids = np.concatenate([i for i, _ in pieces])
-        rows = np.concatenate([r for _, r in pieces])
+        listed = list(pieces)
+        ids = np.concatenate([i for i, _ in listed])
+        rows = np.concatenate([r for _, r in listed])
         rows = rows[np.argsort(self.local_ids(ids, comm.current().num_ranks))]
         return _AssignedRows(self, rows, optimizer)
 
-    def export_rows(self):
+    def export_rows(self) -> tuple[tf.Tensor, tf.Tensor]:
         return self.held_ids(), tf.convert_to_tensor(self)
 
-    def assign(self, value, use_locking=None, name=None, read_value=True):
+    def assign(
+        self,
+        value: tf.Tensor,
+        use_locking: bool | None = None,
+        name: str | None = None,
+        read_value: bool = True,
+    ) -> tf.Tensor | tf.Operation:
         value = check_value_range(value, self.dtype, _name(self), "assigned value")
         return super().assign(value, use_locking, name, read_value)
 
-    def assign_rows(self, ids, values) -> None:
+    def assign_rows(self, ids: tf.Tensor, values: tf.Tensor) -> None:
         values = check_value_range(values, self.dtype, _name(self), "assigned value")
         keys = tf.cast(tf.reshape(tf.convert_to_tensor(ids), [-1]), tf.int64)
         values = tf.reshape(tf.cast(values, self.dtype), [-1, self.shape[1]])
@@ -389,11 +469,11 @@ class _AssignedRows(StagedRows):
     """A static table's loaded rows (value, then each slot), assigned by commit(); undo()
     assigns back what commit() replaced."""
 
-    def __init__(self, table, rows: np.ndarray, optimizer):
+    def __init__(self, table: Variable, rows: RowArray, optimizer: Optimizer | None) -> None:
         self._table, self._rows, self._optimizer = table, rows, optimizer
-        self._replaced = []
+        self._replaced: list[tuple[tf.Variable, tf.Tensor]] = []
 
-    def _targets(self) -> list:
+    def _targets(self) -> list[tuple[tf.Variable, slice]]:
         """(variable, columns of the rows) pairs: the table, then the variables of each slot
         (OptimizerState.restored_slots)."""
         dim = int(self._table.shape[1])

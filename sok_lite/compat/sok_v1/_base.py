@@ -58,6 +58,7 @@ class SokTableLayer(_TableLayer):
         )
 
     def _build_table(self, feature: FeatureSpec) -> None:
+        assert feature.output_dim is not None  # _make_feature sets it
         spec = TableSpec(
             feature.name, feature.input_dim, feature.output_dim, feature.initializer, feature.mode
         )
