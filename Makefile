@@ -65,4 +65,4 @@ bench-distributed: setup
 	cd benchmarks && horovodrun -np 2 -H localhost:2 --gloo $(PY) distributed_bench.py
 
 clean:
-	rm -rf build sok_lite/_sok_lite_ops*.so *.egg-info
+	rm -rf build sok_lite/_sok_lite_ops*.so sok_lite/_sok_lite_*.build.json *.egg-info

@@ -44,10 +44,14 @@ BUILT_LIBRARY = {
 }
 
 
+def _build_dir() -> pathlib.Path:
+    return ROOT / "build" / f"cmake-py{sys.version_info[0]}{sys.version_info[1]}"
+
+
 class CMakeBuild(build_ext):
     def build_extension(self, ext: Extension) -> None:
         target = pathlib.Path(self.get_ext_fullpath(ext.name)).resolve()
-        build_dir = ROOT / "build" / f"cmake-py{sys.version_info[0]}{sys.version_info[1]}"
+        build_dir = _build_dir()
         build_dir.mkdir(parents=True, exist_ok=True)
         # The editable install and `pip install .` share this build directory (both build in the
         # source tree), so an installation recompiles only what changed; the lock keeps two
@@ -74,6 +78,20 @@ class CMakeBuild(build_ext):
             staged = target.with_name(target.name + ".new")
             shutil.copyfile(build_dir / BUILT_LIBRARY[ext.name], staged)
             os.replace(staged, target)
+            _copy_record(ext, target)
+
+    def run(self) -> None:
+        super().run()
+        if self.inplace:  # editable install: the libraries were copied into the source tree
+            for ext in self.extensions:
+                _copy_record(ext, pathlib.Path(self.get_ext_fullpath(ext.name)).resolve())
+
+
+def _copy_record(ext: Extension, target: pathlib.Path) -> None:
+    """Puts the library's build record next to it: the TensorFlow it was built against, which
+    sok_lite/_loader.py checks before loading it (CMakeLists.txt writes it; package data)."""
+    record = BUILT_LIBRARY[ext.name].replace(".so", ".build.json")
+    shutil.copyfile(_build_dir() / record, target.with_name(record))
 
 
 def _cuda_requested() -> bool:

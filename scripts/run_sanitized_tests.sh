@@ -27,6 +27,8 @@ trap 'rm -rf "$work"' EXIT
 cp -r "$root/sok_lite" "$work/sok_lite"
 find "$work/sok_lite" \( -name '_sok_lite_ops*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
 cp "$lib" "$work/sok_lite/_sok_lite_ops.so"
+# The TensorFlow it was built against, which sok_lite checks before loading it.
+cp "$build_dir/_sok_lite_ops.build.json" "$work/sok_lite/_sok_lite_ops.build.json"
 
 logs="$build_dir/logs"
 rm -rf "$logs"

@@ -1,7 +1,9 @@
 """The Keras 3 and TensorFlow internals sok_lite.keras and sok_lite.optim rely on, in one place.
 
-Each name here is private to Keras or TensorFlow; tests/keras/test_keras_internals.py fails
-loudly if one moves.
+Each name here is private to Keras or TensorFlow and registered, with the features that need it,
+in sok_lite/_tf_internals.py (NAMES, FEATURES): probed when sok_lite is imported, and each
+function here raises MissingInternalError for its feature when a name it needs has moved.
+tests/keras/test_keras_internals.py checks that each still does what sok_lite relies on.
 """
 
 import contextlib
@@ -9,6 +11,11 @@ import sys
 
 import keras
 import tensorflow as tf
+
+from sok_lite._tf_internals import probe, require
+
+_LAYERS = "sok_lite.keras layers holding tables"
+_LOSS_SCALING = "mixed-precision loss scaling (keras.optimizers.LossScaleOptimizer)"
 
 
 def track_table(layer, table: tf.Variable) -> None:
@@ -20,6 +27,7 @@ def track_table(layer, table: tf.Variable) -> None:
     the store directly, with the attributes Keras reads off a weight (none of which applies to
     a table: no regularizer). `Layer._tracker.add_to_store` is private to Keras.
     """
+    require(_LAYERS)
     # What Keras reads off every weight (regularization losses, weight maps); TF variables
     # already have `constraint` (None).
     table.regularizer = None
@@ -36,6 +44,7 @@ def set_trainable(table: tf.Variable, trainable: bool) -> None:
     weight. `_trainable` is what TF reads for it: a frozen table leaves the layer's trainable
     weights and GradientTapes stop watching it. A ReplicaShards passes it on to its shards.
     """
+    require("freezing tables (trainable=False)")
     table._trainable = bool(trainable)
 
 
@@ -43,13 +52,11 @@ def in_symbolic_build() -> bool:
     """True while Keras traces a model only to infer shapes (backend.compute_output_spec, which
     fit and evaluate run in cross-replica context under a tf.distribute strategy).
 
-    Keras marks that trace with its SymbolicScope; the query is private to Keras. If it moves,
-    this answers False and a lookup of per-replica tables outside strategy.run fails loudly.
+    Keras marks that trace with its SymbolicScope; the query is private to Keras.
     """
-    try:
-        from keras.src.backend.common.symbolic_scope import in_symbolic_scope
-    except ImportError:
-        return False
+    require("sok_lite.keras layers in fit under a tf.distribute strategy")
+    from keras.src.backend.common.symbolic_scope import in_symbolic_scope
+
     return bool(in_symbolic_scope())
 
 
@@ -57,6 +64,7 @@ def built_variables(optimizer) -> list:
     """The variables a built Keras 3 optimizer was built with, in build order: what
     `optimizer.apply(grads)` pairs the gradients with when no variables are given.
     `Optimizer._trainable_variables` is private to Keras."""
+    require("Keras optimizers applying tables")
     return optimizer._trainable_variables
 
 
@@ -64,6 +72,7 @@ def built_variables(optimizer) -> list:
 def counting_steps_with(optimizer, iterations: tf.Variable):
     """For the block, a tf_keras (or legacy) optimizer reads and advances `iterations` as its own
     step counter. Both keep it in `_iterations`, private to tf_keras, behind `iterations`."""
+    require("tf_keras optimizers")
     saved = optimizer._iterations
     optimizer._iterations = iterations
     try:
@@ -84,7 +93,8 @@ def loss_scale_optimizer_building(inner):
     A LossScaleOptimizer turns off its inner optimizer's loss_scale_factor from its constructor
     and builds it from its own build(), and hands it no reference to itself, so the inner
     optimizer finds it on the call stack. Those call paths are private to Keras; reading
-    callers' frames is a CPython detail.
+    callers' frames is a CPython detail. Every optimizer wrapper asks, with a LossScaleOptimizer
+    or without: the feature's other names are required once one is found (replace_*).
     """
     frame = sys._getframe(1)
     for _ in range(_FRAMES_TO_SEARCH):
@@ -108,6 +118,7 @@ def replace_finite_check(loss_scale_optimizer, check_finite) -> None:
     instance takes precedence over the class' method, so no other optimizer changes. Set
     without Keras' attribute tracking, which has nothing to track in a function.
     """
+    require(_LOSS_SCALING)
     object.__setattr__(loss_scale_optimizer, "check_finite", check_finite)
 
 
@@ -117,4 +128,8 @@ def replace_scale_loss(loss_scale_optimizer, scale_loss) -> None:
     Keras' trainers call `optimizer.scale_loss(loss)`, which finds an attribute of the instance
     before the class' method, as replace_finite_check relies on; set the same way.
     """
+    require(_LOSS_SCALING)
     object.__setattr__(loss_scale_optimizer, "scale_loss", scale_loss)
+
+
+probe()  # the Keras names, now that Keras is imported (once: probed names are skipped)

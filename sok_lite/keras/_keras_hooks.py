@@ -9,6 +9,8 @@ if what they replace moves.
 import keras
 import tensorflow as tf
 
+from sok_lite._tf_internals import require
+
 # The hooks installed so far.
 _installed: set = set()
 
@@ -24,6 +26,7 @@ def count_weights_with(values_of) -> None:
     """
     if "count" in _installed:
         return
+    require("hash tables in sok_lite.keras layers (weight counts of model.summary())")
     _installed.add("count")
     from keras.src.utils import summary_utils
 

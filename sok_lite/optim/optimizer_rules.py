@@ -8,6 +8,7 @@ from typing import TypeAlias
 import keras
 import tensorflow as tf
 
+from sok_lite._tf_internals import require
 from sok_lite.tables.table_kind import HyperParameters, Optimizer
 
 
@@ -247,8 +248,13 @@ def legacy_base() -> type[object] | None:
 
 
 def is_legacy(optimizer: Optimizer) -> bool:
+    """Whether `optimizer` is a tf_keras legacy one; its rules read names private to tf_keras,
+    required here (sok_lite._tf_internals.FEATURES)."""
     base = legacy_base()
-    return base is not None and isinstance(optimizer, base)
+    legacy = base is not None and isinstance(optimizer, base)
+    if legacy:
+        require("tf_keras optimizers")
+    return legacy
 
 
 def _h(opt: Optimizer, name: str) -> tf.Tensor:

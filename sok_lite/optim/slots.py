@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
-from sok_lite._tf_internals import VARIABLE_VALUE_KEY, ResourceVariable, Trackable
+from sok_lite._tf_internals import VARIABLE_VALUE_KEY, ResourceVariable, Trackable, require
 from sok_lite.optim.optimizer_rules import is_legacy, rule_for, unwrap
 from sok_lite.tables.table_dtypes import row_dtype
 from sok_lite.tables.table_kind import (
@@ -136,6 +136,10 @@ def stepped_row_wise(optimizer: Optimizer, var: tf.Variable) -> bool:
     return var.ref() in _UPDATED.get(unwrap(optimizer), {})
 
 
+# What keras_slots and knows_table read of a Keras 3 optimizer (sok_lite._tf_internals.FEATURES).
+_KERAS_OPTIMIZERS = "Keras optimizers applying tables"
+
+
 def keras_slots(optimizer: Optimizer, var: tf.Variable, rule: RowRule) -> list[tf.Variable] | None:
     """The slot variables Keras itself keeps for `var` (those it updates when it applies the
     table outside OptimizerScope), in the order of rule.slots; None if it keeps none."""
@@ -149,6 +153,7 @@ def keras_slots(optimizer: Optimizer, var: tf.Variable, rule: RowRule) -> list[t
             return None
     if not getattr(optimizer, "built", False):
         return None
+    require(_KERAS_OPTIMIZERS)
     try:
         index = optimizer._get_variable_index(var)
         return [getattr(optimizer, name)[index] for name in rule.keras_slots]
@@ -163,6 +168,7 @@ def knows_table(optimizer: Optimizer, var: tf.Variable) -> bool:
         from tf_keras.src.optimizers.legacy.optimizer_v2 import _var_key
 
         return bool(optimizer._slots.get(_var_key(var)))
+    require(_KERAS_OPTIMIZERS)
     try:
         optimizer._get_variable_index(var)
         return True

@@ -3,6 +3,7 @@ TF names we use, and `pip install .` giving a package that works outside the sou
 
 import ast
 import importlib.metadata
+import importlib.util
 import json
 import os
 import pathlib
@@ -61,6 +62,12 @@ def test_tensorflow_imports_without_a_cuda_probe_on_a_cpu_machine():
 
 
 def test_private_tensorflow_names_still_exist():
+    # Every registered private name (sok_lite/_tf_internals.py, NAMES) is where sok_lite looks,
+    # then what the TensorFlow ones are relied on to do (tests/keras/test_keras_internals.py: the
+    # Keras ones).
+    tf_keras_imports = importlib.util.find_spec("tf_keras") is not None
+    names = [n for n, p in _tf_internals.NAMES.items() if tf_keras_imports or p.owner != "tf_keras"]
+    assert _tf_internals.probe(tuple(names)) == {}
     assert issubclass(tf.Variable(1.0).__class__, _tf_internals.ResourceVariable)
     v = tf.Variable([[1.0]])
     with tf.GradientTape(watch_accessed_variables=True) as tape:
@@ -146,6 +153,9 @@ def test_pip_install_works_outside_the_source_tree(tmp_path):
     assert installed == {"sok_lite", f"sok_lite-{version}.dist-info"}, installed
     assert list((target / "sok_lite").glob("_sok_lite_ops*.so"))
     assert (target / "sok_lite" / "py.typed").is_file()  # PEP 561: the annotations ship
+    # The TensorFlow the library was built against, which sok_lite checks before loading it.
+    record = json.loads((target / "sok_lite" / "_sok_lite_ops.build.json").read_text())
+    assert record["tensorflow"] == tf.__version__, record
 
     env["PYTHONPATH"] = str(target)
     done = subprocess.run(
