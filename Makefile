@@ -52,6 +52,7 @@ fuzz: setup
 lint: $(DEPS_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 	$(VENV)/bin/clang-format --dry-run -Werror $(CXX_FILES)
 
 bench: setup
