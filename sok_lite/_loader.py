@@ -65,8 +65,15 @@ def record_path(library: pathlib.Path) -> pathlib.Path:
     return library.with_name(library.name.split(".")[0] + ".build.json")
 
 
+def _minor(version: str) -> str:
+    """'2.21' of '2.21.3' or '2.21.0rc1': TensorFlow keeps its C++ ABI within a minor, and its
+    patch releases are built from the same headers, so a patch upgrade needs no rebuild."""
+    return ".".join(version.split(".")[:2])
+
+
 def check_build(library: pathlib.Path) -> None:
-    """Refuses `library` unless its build record names the running TensorFlow and ABI flag."""
+    """Refuses `library` unless its build record names the running TensorFlow minor and ABI
+    flag."""
     path = record_path(library)
     try:
         record = json.loads(path.read_text())
@@ -79,7 +86,7 @@ def check_build(library: pathlib.Path) -> None:
         )
         return
     running = running_build()
-    if built["tensorflow"] != running["tensorflow"]:
+    if _minor(built["tensorflow"]) != _minor(running["tensorflow"]):
         _refuse(
             f"sok_lite's op library {library.name} was built against TensorFlow "
             f"{built['tensorflow']}, but TensorFlow {running['tensorflow']} is running. {REBUILD}"

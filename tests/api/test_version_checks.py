@@ -54,6 +54,17 @@ def test_a_library_built_against_another_tensorflow_is_refused(tmp_path):
     assert "make build" in message and _loader.SKIP_VARIABLE in message
 
 
+def test_a_patch_release_of_the_same_minor_needs_no_rebuild(tmp_path):
+    major, minor = tf.__version__.split(".")[:2]
+    running = _loader.running_build()
+    for patch in ("0", "99", "0rc1"):
+        record = dict(running, tensorflow=f"{major}.{minor}.{patch}")
+        _loader.check_build(_library_with_record(tmp_path, record))
+    with pytest.raises(_loader.VersionMismatchError):
+        record = dict(running, tensorflow=f"{major}.{int(minor) + 1}.0")
+        _loader.check_build(_library_with_record(tmp_path, record))
+
+
 def test_a_library_built_with_another_abi_flag_is_refused(tmp_path):
     running = _loader.running_build()
     other = "0" if running["cxx11_abi"] == "1" else "1"
