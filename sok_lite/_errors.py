@@ -1,4 +1,5 @@
-"""Errors of our ops as users should read them: the kernel's sentence, without TF's decoration.
+"""Errors of our ops as users should read them: the kernel's sentence, without TF's decoration,
+and the label (table_label) by which messages name a table.
 
 An eager op error reads "{{function_node __wrapped__SokLiteUniqueIds_...}} <sentence>
 [Op:SokLiteUniqueIds] name: ". Every function of the op module (sok_lite._loader.ops()) raises
@@ -65,3 +66,21 @@ class CleanOps:
 
     def __dir__(self):
         return dir(self._module)
+
+
+def table_label(table: object) -> str:
+    """How messages (and the names derived from a table: its optimizer slots, its checkpoint
+    entry, its Keras weight path) call a table: its name without TF's output suffix (":0").
+
+    Args:
+      table: a table or any object with a string `name`, or the name itself.
+
+    Returns:
+      The name before any ":"; repr(table) for an object without a string name.
+
+    >>> import tensorflow as tf
+    >>> table_label(tf.Variable([1.0], name="users")), table_label("users:0")
+    ('users', 'users')
+    """
+    name = table if isinstance(table, str) else getattr(table, "name", None)
+    return name.split(":")[0] if isinstance(name, str) else repr(table)

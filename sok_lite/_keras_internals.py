@@ -12,6 +12,7 @@ import sys
 import keras
 import tensorflow as tf
 
+from sok_lite._errors import table_label
 from sok_lite._tf_internals import probe, require
 
 _LAYERS = "sok_lite.keras layers holding tables"
@@ -32,7 +33,7 @@ def track_table(layer, table: tf.Variable) -> None:
     # already have `constraint` (None).
     table.regularizer = None
     table.overwrite_with_gradient = False
-    table.path = table.name.split(":")[0]
+    table.path = table_label(table)
     store = "trainable_variables" if table.trainable else "non_trainable_variables"
     layer._tracker.add_to_store(store, table)
 

@@ -14,6 +14,7 @@ import numpy.typing as npt
 import tensorflow as tf
 
 from sok_lite import comm
+from sok_lite.tables import register_table_class
 from sok_lite.tables.dynamic import DynamicTable
 from sok_lite.tables.dynamic_config import positive_int
 from sok_lite.tables.placement import Placement
@@ -310,3 +311,7 @@ class DynamicVariable(SokDynamicVariable, DynamicTable):
     Under a strategy whose process runs several replicas (MirroredStrategy), the constructor
     returns a sok_lite.comm.shards.ReplicaShards with one table per replica.
     """
+
+
+# TableSpec.build (a Keras layer's hash tables, sok.TableSpec(kind="hash").build()) makes these.
+register_table_class("hash", DynamicVariable)

@@ -20,6 +20,7 @@ import numpy.typing as npt
 import tensorflow as tf
 
 from sok_lite import comm
+from sok_lite._errors import table_label
 from sok_lite.comm.base import Communicator
 from sok_lite.io import dump_target
 from sok_lite.io.manifest import (
@@ -51,11 +52,6 @@ PathLike: TypeAlias = str | os.PathLike[str]
 CHUNK_ROWS = 65536  # rows per read/write: bounds the memory a dump or load adds per table
 
 
-def _name(var: tf.Variable) -> str:
-    name: str = var.name.split(":")[0]
-    return name
-
-
 def _barrier(communicator: Communicator) -> None:
     communicator.allreduce_sum(tf.constant(1, tf.int32)).numpy()
 
@@ -67,11 +63,11 @@ def _slot_names(optimizer: Optimizer | None, var: TableKind) -> list[str]:
 def _table_meta(var: tf.Variable, optimizer: Optimizer | None) -> dict[str, object]:
     if not isinstance(var, TableKind):
         raise TypeError(
-            f"'{_name(var)}': dump and load take sok_lite.Variable and DynamicVariable tables, "
-            f"got {type(var).__name__}"
+            f"'{table_label(var)}': dump and load take sok_lite.Variable and DynamicVariable "
+            f"tables, got {type(var).__name__}"
         )
     meta: dict[str, object] = {
-        "name": _name(var),
+        "name": table_label(var),
         "dtype": var.dtype.name,
         "slots": _slot_names(optimizer, var),
     }
@@ -273,7 +269,7 @@ def _owned_count(
 def _check_room(var: DynamicTable, rows: int, slots: int, path: pathlib.Path) -> None:
     """Refuses, before anything changes, a load of `rows` keys into a hash table whose
     capacity or disk tier's ram_budget cannot hold them on this rank."""
-    label = f"{path}: table '{_name(var)}'"
+    label = f"{path}: table '{table_label(var)}'"
     if var.rank_capacity and rows > var.rank_capacity:
         raise CheckpointError(
             f"{label}: {rows} rows for rank {comm.current().rank}, more than its capacity of "
@@ -300,7 +296,7 @@ def _owned_rows(
     width_out: int,
     communicator: Communicator,
 ) -> tuple[IdArray, RowArray]:
-    """Every (ids, rows) of table t that this rank owns, in one piece (row-numbered tables)."""
+    """Every (ids, rows) of table t that this rank owns, in one piece (static tables)."""
     pieces = list(_owned_pieces(final, manifest, t, var, width_out, communicator))
     dtype = file_dtype(manifest["tables"][t]["dtype"])
     ids = np.concatenate([i for i, _ in pieces]) if pieces else np.zeros([0], np.int64)
@@ -316,7 +312,7 @@ def _chain_pieces(
     width_out: int,
     communicator: Communicator,
 ) -> Iterator[tuple[IdArray, RowArray]]:
-    """A keyed table's pieces over a chain of dumps, in order: as the table assigns them, a
+    """A hash table's pieces over a chain of dumps, in order: as the table assigns them, a
     key's row from a later dump replaces the earlier one."""
     for p, manifest in zip(paths, manifests):
         yield from _owned_pieces(p, manifest, t, var, width_out, communicator)
@@ -384,16 +380,16 @@ def load(
 
     for t, var in enumerate(variables):
         # Only a bounded hash table has room to check: the others skip this read of the ids.
-        if var.keyed and (var.rank_capacity or var.storage is not None):
+        if var.kind == "hash" and (var.rank_capacity or var.storage is not None):
             owned = _owned_count(paths[0], manifests[0], t, var, communicator)
             slots = len(manifests[0]["tables"][t]["slots"]) if optimizer is not None else 0
             _check_room(var, owned, slots, paths[0])
 
     # Row-numbered tables are read whole (their variables hold them whole anyway) to check that
-    # every local row is there; keyed tables are streamed while they are assigned, below.
+    # every local row is there; hash tables are streamed while they are assigned, below.
     prepared: list[list[tuple[IdArray, RowArray]] | None] = []
     for t, var in enumerate(variables):
-        if var.keyed:
+        if var.kind == "hash":
             prepared.append(None)
             continue
         width, meta = widths[t], manifests[0]["tables"][t]

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 import tensorflow as tf
 
 from sok_lite import comm
+from sok_lite._errors import table_label
 from sok_lite.io.serving_init import initial_rows
 from sok_lite.lookup.exported import serving_copies
 from sok_lite.tables.initializers import RowInitializer
@@ -38,18 +39,20 @@ class ServingTable:
     """A table as plain TF resources: rows (and, for hash tables, a key -> row map)."""
 
     rows: tf.Variable
-    index: tf.lookup.StaticHashTable | None = None  # None: row-numbered, or a hash table
-    init: RowInitializer | None = None  # of a hash table; None for a row-numbered table
+    index: tf.lookup.StaticHashTable | None = None  # None: a static table, or no keys
+    init: RowInitializer | None = None  # of a hash table; None for a static table
 
     @classmethod
     def of(cls, copy: ServingRows) -> ServingTable:
         """The exported form of a table's serving_copy() (a ServingRows)."""
         if copy.keys is None:
             return cls(copy.rows)
-        return cls.keyed(copy.keys, copy.rows, copy.init)
+        return cls.hash_table(copy.keys, copy.rows, copy.init)
 
     @classmethod
-    def keyed(cls, keys: tf.Tensor, rows: tf.Variable, init: RowInitializer | None) -> ServingTable:
+    def hash_table(
+        cls, keys: tf.Tensor, rows: tf.Variable, init: RowInitializer | None
+    ) -> ServingTable:
         """A hash table's copy: int64 `keys` (row i holds keys[i]) and their `rows`.
 
         A table without rows gets no index (TF's hash tables refuse to import nothing): every
@@ -123,7 +126,7 @@ def export_saved_model(
     with serving_copies(serving):
         fn = tf.function(lambda *args: model_or_fn(*args), input_signature=signature)
         concrete = fn.get_concrete_function()
-    _refuse_sok_lite_ops(concrete, [_table_name(t) for t in tables])
+    _refuse_sok_lite_ops(concrete, [table_label(t) for t in tables])
     root = tf.Module()
     root.variables_ = list(concrete.variables)  # the model's own (dense) variables
     root.rows_ = [s.rows for s in serving.values()]
@@ -169,10 +172,6 @@ def _identifier(name: object) -> str | None:
         return None
     name = name.split(":")[0]
     return name if name.isidentifier() else None
-
-
-def _table_name(table: TableKind) -> str:
-    return table.name.split(":")[0]
 
 
 def _refuse_sok_lite_ops(

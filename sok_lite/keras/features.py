@@ -3,15 +3,16 @@
 import dataclasses
 import numbers
 from collections.abc import Sequence
-from typing import Any, TypeAlias, TypeGuard
+from typing import TypeAlias, TypeGuard
 
 import keras
 import tensorflow as tf
 
 from sok_lite.lookup.sparse import COMBINERS
+from sok_lite.tables import HASH_TABLE_FIELDS, TableSpec
 from sok_lite.tables.initializers import computes_per_row
 from sok_lite.tables.placement import Placement
-from sok_lite.tables.storage import Disk
+from sok_lite.tables.storage import Disk, disk_of
 from sok_lite.tables.table_dtypes import HALF_DTYPES
 
 EVICT_POLICIES = ("lru", "lfu")
@@ -19,13 +20,11 @@ KEY_DTYPES = ("int32", "int64")
 # Storage dtypes of a fixed-size table; a hash table stores all but float64.
 STORAGE_DTYPES = ("float32", "float64", "bfloat16", "float16")
 HASH_STORAGE_DTYPES = ("float32", "bfloat16", "float16")
-# The hash-table settings and their defaults: a fixed-size table takes none of them.
+# The hash-table settings and their defaults (TableSpec's): a fixed-size table takes none of them.
 HASH_TABLE_DEFAULTS = {
-    "capacity": None,
-    "evict_policy": "lru",
-    "min_count": 1,
-    "key_dtype": "int64",
-    "storage": None,
+    field.name: field.default
+    for field in dataclasses.fields(TableSpec)
+    if field.name in HASH_TABLE_FIELDS
 }
 
 
@@ -47,22 +46,6 @@ def storage_config(storage: Disk | None) -> dict[str, object] | None:
     if storage is None:
         return None
     return {"path": storage.path, "ram_budget": storage.ram_budget}
-
-
-# type escape: a config dict's fields are checked by Disk itself
-def _storage_of(storage: Disk | dict[str, Any] | None, label: str) -> Disk | None:
-    """A Disk from a Disk or a dict of its fields (as get_config writes it), or None."""
-    if storage is None or isinstance(storage, Disk):
-        return storage
-    if not isinstance(storage, dict) or set(storage) != {"path", "ram_budget"}:
-        raise ValueError(
-            f"{label}: storage must be None, sok.storage.Disk(path, ram_budget) or a dict "
-            f'{{"path": ..., "ram_budget": ...}}, got {storage!r}'
-        )
-    try:
-        return Disk(storage["path"], storage["ram_budget"])
-    except ValueError as e:
-        raise ValueError(f"{label}: {e}") from None
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -163,7 +146,7 @@ class FeatureSpec:
         storage = _storage_dtype_name(self.storage_dtype, self.hashed, label)
         object.__setattr__(self, "storage_dtype", storage)
         # A config dict becomes a Disk, so that features sharing a table compare equal.
-        object.__setattr__(self, "storage", _storage_of(self.storage, label))
+        object.__setattr__(self, "storage", disk_of(self.storage, label))
         if self.hashed:
             self._check_hash_table(label)
         else:
@@ -224,6 +207,22 @@ class FeatureSpec:
     def table_name(self) -> str:
         return self.table or self.name
 
+    def table_spec(self, name: str | None = None) -> TableSpec:
+        """The table the feature reads, named `name` (default: its table name): a hash table
+        for input_dim None, else input_dim rows; storage_dtype None leaves the dtype to the
+        layer."""
+        assert self.output_dim is not None  # __post_init__ refuses None
+        return TableSpec(
+            self.input_dim,
+            self.output_dim,
+            kind="hash" if self.hashed else "static",
+            dtype=self.storage_dtype,
+            name=name or self.table_name,
+            mode=self.mode,
+            initializer=self.initializer,
+            **{field: getattr(self, field) for field in HASH_TABLE_FIELDS},
+        )
+
     def get_config(self) -> dict[str, object]:
         """A JSON-friendly dict that `FeatureSpec(**config)` turns back into this spec."""
         config = dataclasses.asdict(self)
@@ -254,7 +253,7 @@ def _storage_dtype_name(storage_dtype: object, hashed: bool, label: str) -> str 
 
 
 def table_dtype(
-    spec: "TableSpec", variable_dtype: tf.DType | str, compute_dtype: tf.DType | str
+    spec: TableSpec, variable_dtype: tf.DType | str, compute_dtype: tf.DType | str
 ) -> tf.DType:
     """The dtype a table of `spec` is created in, for a layer of these dtypes.
 
@@ -263,7 +262,7 @@ def table_dtype(
         mixed_bfloat16 / mixed_float16 policy): its rows would be computed in 16 bits and
         stored in 64, which is a mistake rather than a choice.
     """
-    dtype = tf.as_dtype(spec.storage_dtype or variable_dtype)
+    dtype = tf.as_dtype(spec.dtype or variable_dtype)
     if dtype == tf.float64 and tf.as_dtype(compute_dtype) in HALF_DTYPES:
         raise ValueError(
             f"table {spec.name!r}: a float64 table under a {tf.as_dtype(compute_dtype).name} "
@@ -281,45 +280,6 @@ def _key_dtype_name(key_dtype: object, label: str) -> str:
     if name is None or name not in KEY_DTYPES:
         raise ValueError(f"{label}: key_dtype must be one of {KEY_DTYPES}, got {key_dtype!r}")
     return name
-
-
-@dataclasses.dataclass(frozen=True)
-class TableSpec:
-    """One table of a collection, as its features define it (input_dim None: a hash table)."""
-
-    name: str
-    input_dim: int | None
-    output_dim: int
-    initializer: InitializerLike
-    mode: str
-    capacity: int | None = None
-    evict_policy: str = "lru"
-    min_count: int = 1
-    key_dtype: str = "int64"
-    storage_dtype: str | None = None
-    storage: Disk | None = None
-
-    @classmethod
-    def of(cls, feature: FeatureSpec, name: str | None = None) -> "TableSpec":
-        """The table `feature` reads, named `name` (default: the feature's table name)."""
-        assert feature.output_dim is not None  # FeatureSpec refuses None
-        return cls(
-            name or feature.table_name,
-            feature.input_dim,
-            feature.output_dim,
-            feature.initializer,
-            feature.mode,
-            feature.capacity,
-            feature.evict_policy,
-            feature.min_count,
-            feature.key_dtype,
-            feature.storage_dtype,
-            feature.storage,
-        )
-
-    @property
-    def hashed(self) -> bool:
-        return self.input_dim is None
 
 
 def _initializer_identity(initializer: InitializerLike) -> str | dict[str, object]:
@@ -364,7 +324,7 @@ def table_specs(features: Sequence[FeatureSpec]) -> list[TableSpec]:
                 "differ in input_dim, output_dim, initializer, mode, storage_dtype or the "
                 f"hash-table settings ({', '.join(HASH_TABLE_DEFAULTS)})"
             )
-    return [TableSpec.of(f, name) for name, f in first_use.items()]
+    return [f.table_spec(name) for name, f in first_use.items()]
 
 
 def check_weight_features(features: Sequence[FeatureSpec]) -> None:

@@ -19,7 +19,6 @@ from sok_lite.comm.strategy import StrategyCommunicator, in_replica_context
 from sok_lite.compat.sok2_dynamic import DynamicVariable
 from sok_lite.keras.features import (
     FeatureSpec,
-    TableSpec,
     check_weight_features,
     serialize_initializer,
     storage_config,
@@ -36,6 +35,7 @@ from sok_lite.keras.tables import (
     stored_values,
 )
 from sok_lite.lookup.sparse import lookup_sparse
+from sok_lite.tables import TableSpec
 from sok_lite.tables.storage import Disk
 from sok_lite.tables.variable import Variable
 
@@ -317,7 +317,7 @@ class Embedding(_TableLayer):
     storage = property(lambda self: self.feature.storage)
 
     def build(self, input_shape: object = None) -> None:
-        self.embeddings = self._create_table(TableSpec.of(self.feature), "embeddings")
+        self.embeddings = self._create_table(self.feature.table_spec(), "embeddings")
 
     def call(self, inputs: Ids | tuple[Ids, Ids]) -> tf.Tensor:
         ids, weights = self._ids_and_weights(inputs)
@@ -410,9 +410,11 @@ class EmbeddingCollection(_TableLayer):
         # A tf.Module holds the tables: Keras' own dict tracking does not reach TF variables,
         # TF's does (checkpoint keys .../tables/<table name>).
         store = tf.Module()
-        store.tables = {
-            spec.name: self._create_table(spec, spec.name) for spec in self._table_specs
-        }
+        tables = {}
+        for spec in self._table_specs:
+            assert spec.name is not None  # table_specs names every table
+            tables[spec.name] = self._create_table(spec, spec.name)
+        store.tables = tables
         self._table_store = store
 
     @property

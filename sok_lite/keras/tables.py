@@ -7,51 +7,27 @@ have: its state is the keys it stores and their rows, optimizer slots included, 
 arrays.
 """
 
+import dataclasses
 import math
 
-import keras
 import numpy as np
 import tensorflow as tf
 
+from sok_lite._errors import table_label
 from sok_lite.comm.shards import shards_of
 from sok_lite.compat.sok2_dynamic import DynamicVariable
 from sok_lite.keras._keras_hooks import check_slots_with, count_weights_with
-from sok_lite.keras.features import TableSpec
-from sok_lite.ops import dynamic_ops
-from sok_lite.tables.variable import Variable
+from sok_lite.ops import hash_table_ops
+from sok_lite.tables import TableSpec
 
 
 def create_table(spec: TableSpec, name: str, dtype, trainable: bool):
-    """A sok_lite.Variable (or, for input_dim None, a DynamicVariable) for `spec`."""
-    initializer = spec.initializer
-    if isinstance(initializer, dict) or (isinstance(initializer, str) and not spec.hashed):
-        # A hash table reads SOK's strings ("random", "13") too: it gets names as they are.
-        initializer = keras.initializers.get(initializer)
-    if spec.hashed:
+    """The table of `spec` (TableSpec.build), named `name` and stored in `dtype`."""
+    if spec.kind == "hash":
         # Keras meets hash tables from now on: count them, and refuse its own slots for them.
         count_weights_with(hash_table_values)
         check_slots_with(refuse_keras_slots)
-        return DynamicVariable(
-            spec.output_dim,
-            initializer=initializer,
-            dtype=dtype,
-            mode=spec.mode,
-            name=name,
-            trainable=trainable,
-            key_dtype=spec.key_dtype,
-            capacity=spec.capacity,
-            evict_policy=spec.evict_policy,
-            min_count=spec.min_count,
-            storage=spec.storage,
-        )
-    return Variable(
-        shape=[spec.input_dim, spec.output_dim],
-        initializer=initializer,
-        dtype=dtype,
-        mode=spec.mode,
-        name=name,
-        trainable=trainable,
-    )
+    return dataclasses.replace(spec, name=name, dtype=dtype).build(trainable)
 
 
 def _keys_entry(key: str) -> str:
@@ -112,7 +88,7 @@ def stored_values(weight) -> int:
     if not _is_hash_table(weight):
         return math.prod(weight.shape)
     shards = shards_of(weight)  # one per local replica under MirroredStrategy
-    rows = sum(int(dynamic_ops.size(shard.handle)) for shard in shards)
+    rows = sum(int(hash_table_ops.size(shard.handle)) for shard in shards)
     return rows * int(shards[0].shape[1])
 
 
@@ -130,7 +106,7 @@ def refuse_keras_slots(optimizer, variable, slot: str | None) -> None:
         return
     raise ValueError(
         f"optimizer {optimizer.name!r} ({type(optimizer).__name__}) cannot make its "
-        f"{slot or 'slot'!r} variable for '{variable.name.split(':')[0]}', a hash table "
+        f"{slot or 'slot'!r} variable for '{table_label(variable)}', a hash table "
         "(sok_lite.DynamicVariable) whose rows come and go with the keys: a plain Keras "
         "optimizer cannot train it. Wrap the optimizer, "
         "model.compile(optimizer=sok.OptimizerWrapper(optimizer)), or apply its gradients "
@@ -140,7 +116,7 @@ def refuse_keras_slots(optimizer, variable, slot: str | None) -> None:
 
 def hash_table_names(weights) -> list[str]:
     """The names of the hash tables among `weights`."""
-    return [w.name.split(":")[0] for w in weights if _is_hash_table(w)]
+    return [table_label(w) for w in weights if _is_hash_table(w)]
 
 
 def _is_hash_table(weight) -> bool:

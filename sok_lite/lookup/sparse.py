@@ -6,6 +6,7 @@ from typing import TypeAlias, TypeVar, cast
 import tensorflow as tf
 
 from sok_lite import comm
+from sok_lite._errors import table_label
 from sok_lite._tf_internals import ResourceVariable, variable_accessed
 from sok_lite.comm.base import Communicator
 from sok_lite.comm.shards import local_shard
@@ -42,11 +43,6 @@ def _per_table(value: _T | Sequence[_T | None] | None, n: int, what: str) -> lis
     return items
 
 
-def _table_name(var: Table) -> str:
-    name: str = var.name.split(":")[0]
-    return name
-
-
 def _check_param(var: Table, table: int) -> None:
     if not isinstance(var, (ResourceVariable, TableKind)):
         raise ValueError(
@@ -54,11 +50,11 @@ def _check_param(var: Table, table: int) -> None:
             f"tf.Variable with one rank), got {type(var).__name__}"
         )
     if var.shape.rank != 2:
-        raise ValueError(f"table {table} ('{_table_name(var)}'): must be 2-D, got {var.shape}")
+        raise ValueError(f"table {table} ('{table_label(var)}'): must be 2-D, got {var.shape}")
     if var.dtype not in TABLE_DTYPES:
         names = ", ".join(d.name for d in TABLE_DTYPES)
         raise ValueError(
-            f"table {table} ('{_table_name(var)}'): dtype {var.dtype.name} is not "
+            f"table {table} ('{table_label(var)}'): dtype {var.dtype.name} is not "
             f"supported ({names})"
         )
 
@@ -135,11 +131,11 @@ def lookup_sparse(
         _check_param(var, t)
         if c not in COMBINERS:
             raise ValueError(
-                f"table {t} ('{_table_name(var)}'): unknown combiner {c!r}, "
+                f"table {t} ('{table_label(var)}'): unknown combiner {c!r}, "
                 f"expected one of {COMBINERS}"
             )
         if h < 0:
-            raise ValueError(f"table {t} ('{_table_name(var)}'): hotness must be >= 0, got {h}")
+            raise ValueError(f"table {t} ('{table_label(var)}'): hotness must be >= 0, got {h}")
     serving = [active_table(v) for v in params]
     if all(s is not None for s in serving):
         copies = [s for s in serving if s is not None]
@@ -149,7 +145,7 @@ def lookup_sparse(
         _check_distributed_params(params)
 
     with tf.name_scope(name or "sok_lite_lookup_sparse"):
-        labels = [f"table {t} ('{_table_name(v)}')" for t, v in enumerate(params)]
+        labels = [f"table {t} ('{table_label(v)}')" for t, v in enumerate(params)]
         for t, (var, x) in enumerate(zip(params, sp_ids)):
             accepted = var.id_dtypes if isinstance(var, TableKind) else (tf.int32, tf.int64)
             if x.dtype in (tf.int32, tf.int64) and x.dtype not in accepted:
@@ -296,7 +292,7 @@ def _serving_lookup(
     outputs = []
     with tf.name_scope(name or "sok_lite_lookup_sparse"):
         for t, (table, x) in enumerate(zip(serving, sp_ids)):
-            label = f"table {t} ('{_table_name(params[t])}')"
+            label = f"table {t} ('{table_label(params[t])}')"
             ids, splits = ids_parts(x, label, plain_tf=True)
             dtype = table.row_dtype
             weight = weights[t]
@@ -326,12 +322,12 @@ def _check_distributed_params(params: Sequence[Table]) -> None:
     for t, var in enumerate(params):
         if not isinstance(var, TableKind):
             raise ValueError(
-                f"table {t} ('{_table_name(var)}'): with several ranks every table must be a "
+                f"table {t} ('{table_label(var)}'): with several ranks every table must be a "
                 f"sok_lite.Variable or DynamicVariable, got {type(var).__name__}"
             )
         if row_dtype(var.dtype) != row_dtype(params[0].dtype):
             raise ValueError(
-                f"table {t} ('{_table_name(var)}'): with several ranks all tables of one call "
+                f"table {t} ('{table_label(var)}'): with several ranks all tables of one call "
                 f"share a row dtype ({row_dtype(params[0].dtype).name}; 16-bit tables are read "
                 f"as float32), got {var.dtype.name}"
             )
@@ -380,14 +376,14 @@ def _exchanged_rows(
     )
     received, received_splits = communicator.alltoall(message, splits)
     dims = [int(v.shape[1]) for v in params]
-    dynamic = [v.keyed for v in params]
+    hash_tables = [v.kind == "hash" for v in params]
     vectors, vector_splits = exchange_ops.gather_for_peers(
         [v.handle for v in params],
         received,
         received_splits,
         row_dtype(params[0].dtype),  # 16-bit rows cross the wire widened to float32
         dims,
-        dynamic,
+        hash_tables,
         labels,
     )
     answered, _ = communicator.alltoall(vectors, vector_splits)

@@ -7,15 +7,16 @@ from sok_lite.memory.layouts import (
     hash_stride,
     hash_table_bytes,
     num_slots,
-    parse_bytes,
     static_table_bytes,
     tier_budget_for,
     tier_index_bytes,
     tier_ram_rows,
     tier_record_bytes,
 )
-from sok_lite.memory.plan import MemoryPlan, TableSpec, plan_memory
+from sok_lite.memory.plan import MemoryPlan, plan_memory
 from sok_lite.memory.report import MemoryReport, memory_report, table_memory
+from sok_lite.tables import TableSpec
+from sok_lite.tables.storage import parse_bytes
 
 __all__ = [
     "MemoryPlan",

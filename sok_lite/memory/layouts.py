@@ -17,8 +17,6 @@ and tiers in C++).
 """
 
 import math
-import numbers
-import re
 from collections.abc import Sequence
 from typing import Any, TypeAlias
 
@@ -66,27 +64,6 @@ OPTIMIZER_SLOTS = {
     "adadelta": 2,
     "ftrl": 2,
 }
-
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
-_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
-
-
-def parse_bytes(value: object) -> int | None:
-    """Bytes from an int or a string such as "2GiB", "512MiB", "1.5GB" (None stays None).
-
-    Raises:
-      ValueError: a negative size or a string that is not a size.
-    """
-    if value is None:
-        return None
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        if value < 0:
-            raise ValueError(f"a size in bytes must be >= 0, got {value}")
-        return int(value)
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
-    if not match or match.group(2).lower() not in _UNITS:
-        raise ValueError(f"{value!r} is not a size: give bytes or a string such as '2GiB'")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
 def num_slots(optimizer: str | Optimizer | None) -> int:
@@ -197,7 +174,8 @@ def static_table_bytes(
     return rows * (per_row + (8 if trained else 0))
 
 
-def _human(n: float | None) -> str:
+def human_bytes(n: float | None) -> str:
+    """A byte count as people read it ("1.5 MiB"); "-" for None."""
     if n is None:
         return "-"
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -207,7 +185,8 @@ def _human(n: float | None) -> str:
     return str(n)
 
 
-def _format(entries: Sequence[MemoryEntry], with_rank: bool) -> str:
+def format_entries(entries: Sequence[MemoryEntry], with_rank: bool) -> str:
+    """The str() of a MemoryPlan (with_rank) or a MemoryReport: one aligned line per entry."""
     head = ["table", "kind", "rows RAM", "RAM", "rows disk", "disk", "budget"]
     extra = ["hit rate", "spills", "evictions"]
     has_counters = entries and "hit_rate" in entries[0]
@@ -217,8 +196,8 @@ def _format(entries: Sequence[MemoryEntry], with_rank: bool) -> str:
         head += extra
     rows = []
     for e in entries:
-        row = [e["name"], e["kind"], f"{e['rows_ram']:,}", _human(e["bytes_ram"])]
-        row += [f"{e['rows_disk']:,}", _human(e["bytes_disk"]), _human(e["ram_budget"])]
+        row = [e["name"], e["kind"], f"{e['rows_ram']:,}", human_bytes(e["bytes_ram"])]
+        row += [f"{e['rows_disk']:,}", human_bytes(e["bytes_disk"]), human_bytes(e["ram_budget"])]
         if with_rank:
             row = [str(e["rank"])] + row
         if has_counters:

@@ -1,74 +1,19 @@
 """plan_memory: how much memory sok_lite tables will take on each rank before they exist, from
 the layouts of sok_lite.memory.layouts."""
 
-import dataclasses
 import math
 import numbers
 import warnings
 from collections.abc import Iterable, Sequence
 
-from sok_lite.memory.layouts import (
-    MIN_RAM_FRACTION,
-    MemoryEntry,
-    _format,
-    _human,
-    hash_stride,
-    hash_table_bytes,
-    num_slots,
-    parse_bytes,
-    static_table_bytes,
-    tier_budget_for,
-    tier_index_bytes,
-    tier_ram_rows,
-    tier_record_bytes,
-)
+from sok_lite.memory import layouts
+from sok_lite.memory.layouts import MemoryEntry, format_entries, human_bytes
+from sok_lite.tables import TABLE_KINDS, TableSpec
 from sok_lite.tables.dynamic_config import DYNAMIC_DTYPES
 from sok_lite.tables.placement import Placement
+from sok_lite.tables.storage import parse_bytes
 from sok_lite.tables.table_dtypes import check_table_dtype
 from sok_lite.tables.table_kind import Optimizer
-
-
-@dataclasses.dataclass
-class TableSpec:
-    """A table to plan for.
-
-    Attributes:
-      rows: a static table's rows; a hash table's distinct keys expected over the job.
-      dim: the row width.
-      kind: "static" (sok.Variable) or "hash" (sok.DynamicVariable).
-      dtype: the storage dtype (float32, float64, bfloat16, float16; hash tables: float32,
-        bfloat16, float16).
-      name: a label for the plan.
-      mode: "distributed" or "localized:K".
-      capacity: a hash table's row bound over all ranks (None: unbounded).
-      ram_budget: bytes (or "2GiB") a hash table may keep in RAM per rank with a disk tier
-        (None: all in RAM). It pays for the index of the rows on disk first (16-32 bytes a
-        key), then for the rows in RAM.
-      batch_keys: the distinct keys one batch looks up in the table, over all ranks (None:
-        unknown); a tiered plan warns when RAM holds fewer rows than a rank's share of them.
-    """
-
-    rows: int
-    dim: int
-    kind: str = "static"
-    dtype: object = "float32"
-    name: str | None = None
-    mode: str = "distributed"
-    capacity: int | None = None
-    ram_budget: object = None
-    batch_keys: int | None = None
-
-    @classmethod
-    def of(cls, spec: "TableSpec | dict[str, object]") -> "TableSpec":
-        if isinstance(spec, cls):
-            return spec
-        if isinstance(spec, dict):
-            spec = dict(spec)
-            storage = spec.pop("storage", None)
-            if storage is not None and "ram_budget" not in spec:
-                spec["ram_budget"] = getattr(storage, "ram_budget", None)
-            return cls(**spec)  # type: ignore[arg-type]  # type escape: a dict of the fields
-        raise ValueError(f"a table spec is a TableSpec or a dict, got {spec!r}")
 
 
 def _check_spec(spec: TableSpec, index: int, num_ranks: int) -> str:
@@ -81,7 +26,7 @@ def _check_spec(spec: TableSpec, index: int, num_ranks: int) -> str:
             raise ValueError(f"'{label}': {field} must be an int >= 0, got {value!r}")
     if spec.dim == 0:
         raise ValueError(f"'{label}': dim must be > 0")
-    if spec.kind not in ("static", "hash"):
+    if spec.kind not in TABLE_KINDS:
         raise ValueError(f"'{label}': kind must be 'static' or 'hash', got {spec.kind!r}")
     dtype = check_table_dtype(spec.dtype, label)
     if spec.kind == "hash" and dtype not in DYNAMIC_DTYPES:
@@ -93,7 +38,7 @@ def _check_spec(spec: TableSpec, index: int, num_ranks: int) -> str:
             f"'{label}': mode {spec.mode!r} puts the table on rank {placement.rank}, but the "
             f"plan has {num_ranks} ranks"
         )
-    if spec.kind == "static" and spec.ram_budget is not None:
+    if spec.kind == "static" and spec.planned_ram_budget is not None:
         raise ValueError(
             f"'{label}': a ram_budget needs a disk tier, which only hash tables (kind='hash', "
             "sok.DynamicVariable) have; a static table is held in RAM whole"
@@ -102,6 +47,7 @@ def _check_spec(spec: TableSpec, index: int, num_ranks: int) -> str:
 
 
 def _local_rows(spec: TableSpec, rank: int, num_ranks: int) -> int:
+    assert spec.rows is not None  # _check_spec refuses None
     placement = Placement.parse(spec.mode)
     if spec.kind == "static":
         return placement.local_rows(spec.rows, rank, num_ranks)
@@ -121,17 +67,18 @@ def _plan_table(
 ) -> MemoryEntry:
     rows = _local_rows(spec, rank, num_ranks)
     if spec.kind == "static":
-        full = static_table_bytes(rows, spec.dim, spec.dtype, slots, trained)
+        full = layouts.static_table_bytes(rows, spec.dim, spec.dtype, slots, trained)
     else:
-        full = hash_table_bytes(rows, spec.dim, slots, spec.dtype)
-    budget = parse_bytes(spec.ram_budget)  # hash tables only (_check_spec)
+        full = layouts.hash_table_bytes(rows, spec.dim, slots, spec.dtype)
+    budget = spec.planned_ram_budget  # hash tables only (_check_spec)
+    budget = None if budget is None else parse_bytes(budget, f"'{label}': ram_budget")
     rows_ram, bytes_ram = rows, full
-    stride = hash_stride(spec.dim, slots, spec.dtype)
-    record = tier_record_bytes(stride * 4)
+    stride = layouts.hash_stride(spec.dim, slots, spec.dtype)
+    record = layouts.tier_record_bytes(stride * 4)
     if budget is not None and full > budget:
         # RAM holds what the budget allows beside the disk index; the rest lives on disk as
         # whole records.
-        rows_ram = tier_ram_rows(budget - tier_index_bytes(rows, record), stride)
+        rows_ram = layouts.tier_ram_rows(budget - layouts.tier_index_bytes(rows, record), stride)
         bytes_ram = budget
     rows_disk = rows - rows_ram
     return {
@@ -159,29 +106,29 @@ def _batch_rows(spec: TableSpec, rank: int, num_ranks: int) -> int:
 
 def _tier_warning(spec: TableSpec, entry: MemoryEntry, num_ranks: int) -> str | None:
     """Why `entry`, a rank's share of tiered table `spec`, keeps too few rows in RAM: fewer than
-    one batch's or under MIN_RAM_FRACTION of them (None: enough)."""
+    one batch's or under layouts.MIN_RAM_FRACTION of them (None: enough)."""
     rows = entry["rows_ram"] + entry["rows_disk"]
     if entry["ram_budget"] is None or not entry["rows_disk"]:
         return None
     batch = min(_batch_rows(spec, entry["rank"], num_ranks), rows)
-    least = math.ceil(rows * MIN_RAM_FRACTION)
+    least = math.ceil(rows * layouts.MIN_RAM_FRACTION)
     if entry["rows_ram"] >= max(batch, least):
         return None
-    stride = hash_stride(spec.dim, entry["slots"], spec.dtype)
-    index = tier_index_bytes(rows, tier_record_bytes(stride * 4))
+    stride = layouts.hash_stride(spec.dim, entry["slots"], spec.dtype)
+    index = layouts.tier_index_bytes(rows, layouts.tier_record_bytes(stride * 4))
     short = (
         f"fewer than the {batch:,} distinct keys of one batch"
         if entry["rows_ram"] < batch
-        else f"under {MIN_RAM_FRACTION:.0%}"
+        else f"under {layouts.MIN_RAM_FRACTION:.0%}"
     )
     wanted = max(batch, least)
-    enough = tier_budget_for(rows, wanted, stride)
+    enough = layouts.tier_budget_for(rows, wanted, stride)
     return (
-        f"'{entry['name']}': ram_budget {_human(entry['ram_budget'])} keeps "
+        f"'{entry['name']}': ram_budget {human_bytes(entry['ram_budget'])} keeps "
         f"{entry['rows_ram']:,} of rank {entry['rank']}'s {rows:,} rows in RAM ({short}): the "
-        f"index of the rows on disk takes {_human(index)} of it, {index / rows:.1f} bytes a key "
-        f"of the table; a ram_budget of {enough:,} bytes ({_human(enough)}) keeps {wanted:,} "
-        "rows in RAM"
+        f"index of the rows on disk takes {human_bytes(index)} of it, {index / rows:.1f} bytes a "
+        f"key of the table; a ram_budget of {enough:,} bytes ({human_bytes(enough)}) keeps "
+        f"{wanted:,} rows in RAM"
     )
 
 
@@ -199,22 +146,22 @@ class MemoryPlan(list[MemoryEntry]):
     @property
     def bytes_per_rank(self) -> list[int]:
         """Predicted RAM bytes of each rank, all tables together."""
-        totals = [0] * self.num_ranks
-        for entry in self:
-            totals[entry["rank"]] += entry["bytes_ram"]
-        return totals
+        return self._per_rank("bytes_ram")
 
     @property
     def disk_bytes_per_rank(self) -> list[int]:
+        return self._per_rank("bytes_disk")
+
+    def _per_rank(self, field: str) -> list[int]:
         totals = [0] * self.num_ranks
         for entry in self:
-            totals[entry["rank"]] += entry["bytes_disk"]
+            totals[entry["rank"]] += entry[field]
         return totals
 
     def __str__(self) -> str:
-        lines = [_format(self, with_rank=True)]
+        lines = [format_entries(self, with_rank=True)]
         for rank, (ram, disk) in enumerate(zip(self.bytes_per_rank, self.disk_bytes_per_rank)):
-            lines.append(f"rank {rank}: {_human(ram)} in RAM, {_human(disk)} on disk")
+            lines.append(f"rank {rank}: {human_bytes(ram)} in RAM, {human_bytes(disk)} on disk")
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -263,7 +210,7 @@ def plan_memory(
         raise ValueError(f"num_ranks must be an int >= 1, got {num_ranks!r}")
     if num_ranks < 1:
         raise ValueError(f"num_ranks must be an int >= 1, got {num_ranks}")
-    slots = num_slots(optimizer)
+    slots = layouts.num_slots(optimizer)
     specs = [TableSpec.of(t) for t in tables]
     labels = [_check_spec(spec, i, num_ranks) for i, spec in enumerate(specs)]
     entries = [

@@ -6,15 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from sok_lite import comm
-from sok_lite.memory.layouts import MemoryEntry, _format, _human, num_slots
+from sok_lite._errors import table_label
+from sok_lite.memory.layouts import MemoryEntry, format_entries, human_bytes, num_slots
 from sok_lite.optim.slots import opt_slots, stepped_row_wise
 from sok_lite.tables.dynamic import DynamicTable
 from sok_lite.tables.table_kind import MEMORY_STATS, Optimizer, TableKind
-
-
-def _table_label(table: object) -> str:
-    name = getattr(table, "name", None)
-    return name.split(":")[0] if isinstance(name, str) else repr(table)
 
 
 def _static_slot_bytes(table: TableKind, optimizer: Optimizer | None) -> tuple[int, int]:
@@ -33,13 +29,13 @@ def table_memory(table: TableKind, optimizer: Optimizer | None = None) -> Memory
     hashed = isinstance(table, DynamicTable)
     if not callable(getattr(table, "memory_stats", None)):
         raise ValueError(
-            f"'{_table_label(table)}' ({type(table).__name__}) is not a sok_lite table: "
+            f"'{table_label(table)}' ({type(table).__name__}) is not a sok_lite table: "
             "memory_report takes sok.Variable and sok.DynamicVariable objects"
         )
     stats: MemoryEntry = dict(table.memory_stats())
     missing = [k for k in MEMORY_STATS if k not in stats]
     if missing:
-        raise ValueError(f"'{_table_label(table)}': memory_stats() lacks {missing}")
+        raise ValueError(f"'{table_label(table)}': memory_stats() lacks {missing}")
     slots = 0
     if hashed:
         # Slots live in the hash table's records: counted by the table (or the estimate).
@@ -55,7 +51,7 @@ def table_memory(table: TableKind, optimizer: Optimizer | None = None) -> Memory
     else:
         hit_rate = None
     return {
-        "name": _table_label(table),
+        "name": table_label(table),
         "kind": "hash" if hashed else "static",
         "rank": comm.current().rank,
         **{k: (None if stats[k] is None else int(stats[k])) for k in MEMORY_STATS},
@@ -77,8 +73,8 @@ class MemoryReport(list[MemoryEntry]):
 
     def __str__(self) -> str:
         return (
-            f"{_format(self, with_rank=False)}\n"
-            f"total: {_human(self.bytes_ram)} in RAM, {_human(self.bytes_disk)} on disk"
+            f"{format_entries(self, with_rank=False)}\n"
+            f"total: {human_bytes(self.bytes_ram)} in RAM, {human_bytes(self.bytes_disk)} on disk"
         )
 
 

@@ -4,9 +4,10 @@ the communicator's all-to-alls, and their gradients (layouts in kernels/core/exc
 import tensorflow as tf
 
 from sok_lite._loader import ops as _ops
-from sok_lite.ops.op_inputs import inputs_by_name
+from sok_lite.ops.op_inputs import inputs_by_name, op_wrapper, run_op
 
 
+@op_wrapper
 def partition_by_owner(
     unique_ids: list[tf.Tensor], num_ranks: int, localized_ranks: list[int], name: str | None = None
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -23,12 +24,10 @@ def partition_by_owner(
       [num_ranks * T] id counts per (rank, table) and, per sent id, its index in its table's
       unique ids.
     """
-    with tf.name_scope(name or "sok_lite_partition_by_owner"):
-        return _ops().sok_lite_partition_by_owner(
-            unique_ids=unique_ids, num_ranks=num_ranks, localized_ranks=localized_ranks
-        )
+    return run_op("partition_by_owner", locals())
 
 
+@op_wrapper
 def gather_for_peers(
     handles: list[tf.Tensor],
     message: tf.Tensor,
@@ -41,20 +40,13 @@ def gather_for_peers(
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Answers a received id message with the flattened local rows; (vectors, vector_splits).
 
-    dynamic: per table, True for a hash table (rows found or created by key).
+    dynamic: per table, True for a hash table (rows found or created by key); the op's
+    attribute keeps the name it was registered with.
     """
-    with tf.name_scope(name or "sok_lite_gather_for_peers"):
-        return _ops().sok_lite_gather_for_peers(
-            handles=handles,
-            message=message,
-            splits=splits,
-            dtype=dtype,
-            dims=dims,
-            dynamic=dynamic,
-            table_names=table_names,
-        )
+    return run_op("gather_for_peers", locals())
 
 
+@op_wrapper
 def unpack_rows(
     vectors: tf.Tensor,
     counts: tf.Tensor,
@@ -63,10 +55,7 @@ def unpack_rows(
     name: str | None = None,
 ) -> list[tf.Tensor]:
     """Per-table [u_t, dim_t] rows, in unique order, from the received vector message."""
-    with tf.name_scope(name or "sok_lite_unpack_rows"):
-        return _ops().sok_lite_unpack_rows(
-            vectors=vectors, counts=counts, send_pos=send_pos, N=len(dims), dims=dims
-        )
+    return run_op("unpack_rows", locals(), N=len(dims))
 
 
 tf.no_gradient("SokLitePartitionByOwner")

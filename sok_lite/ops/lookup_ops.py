@@ -5,18 +5,16 @@ Each wrapper takes lists (one entry per table) so that a whole step's tables run
 
 import tensorflow as tf
 
-from sok_lite._loader import ops as _ops
-from sok_lite.ops.op_inputs import inputs_by_name
+from sok_lite.ops.op_inputs import inputs_by_name, op_wrapper, run_op
 
 
+@op_wrapper
 def row_splits_from_row_ids(row_ids, nrows, table_name="", name=None):
     """Row splits [nrows + 1] of a 2-D SparseTensor from its indices[:, 0] (row-major checked)."""
-    with tf.name_scope(name or "sok_lite_row_splits"):
-        return _ops().sok_lite_row_splits_from_row_ids(
-            row_ids=row_ids, nrows=nrows, table_name=table_name
-        )
+    return run_op("row_splits_from_row_ids", locals())
 
 
+@op_wrapper
 def unique_ids(
     ids: list[tf.Tensor],
     row_splits: list[tf.Tensor],
@@ -41,16 +39,10 @@ def unique_ids(
       tf.errors.InvalidArgumentError: an id out of range, a sample longer than its hotness, or
         malformed row_splits; the message names the table.
     """
-    with tf.name_scope(name or "sok_lite_unique_ids"):
-        return _ops().sok_lite_unique_ids(
-            ids=ids,
-            row_splits=row_splits,
-            num_rows=num_rows,
-            hotness=hotness,
-            table_names=table_names,
-        )
+    return run_op("unique_ids", locals())
 
 
+@op_wrapper
 def gather_rows(
     handles: list[tf.Tensor],
     indices: list[tf.Tensor],
@@ -60,12 +52,10 @@ def gather_rows(
 ) -> list[tf.Tensor]:
     """Reads rows `indices[t]` of resource variable `handles[t]` in place; list of [u_t, dim_t]
     of `dtype` (float32 for bfloat16 / float16 variables: their rows are widened as read)."""
-    with tf.name_scope(name or "sok_lite_gather_rows"):
-        return _ops().sok_lite_gather_rows(
-            handles=handles, indices=indices, dtype=dtype, table_names=table_names
-        )
+    return run_op("gather_rows", locals())
 
 
+@op_wrapper
 def segment_combine(
     rows: list[tf.Tensor],
     inverse: list[tf.Tensor],
@@ -75,23 +65,14 @@ def segment_combine(
     name: str | None = None,
 ) -> list[tf.Tensor]:
     """Per-sample combine of gathered rows; list of [batch_t, dim_t]. weights: [n_t] or [0]."""
-    with tf.name_scope(name or "sok_lite_segment_combine"):
-        return _ops().sok_lite_segment_combine(
-            rows=rows, inverse=inverse, row_splits=row_splits, weights=weights, combiners=combiners
-        )
+    return run_op("segment_combine", locals())
 
 
+@op_wrapper
 def segment_combine_grad(grads, inverse, row_splits, weights, num_unique, combiners):
     """The gradient of segment_combine: per table [num_unique_t, dim_t], one summed row per
     unique id."""
-    return _ops().sok_lite_segment_combine_grad(
-        grads=grads,
-        inverse=inverse,
-        row_splits=row_splits,
-        weights=weights,
-        num_unique=num_unique,
-        combiners=combiners,
-    )
+    return run_op("segment_combine_grad", locals())
 
 
 tf.no_gradient("SokLiteRowSplitsFromRowIds")

@@ -1,7 +1,47 @@
-"""An op's inputs by name, for gradient functions: `op.inputs` is flat, and a list input
-(`N * T`) takes N places, so positions would restate the op's registration."""
+"""An op's arguments by name: a wrapper passes its own to the op (run_op), a gradient function
+reads the op's inputs (inputs_by_name), whose `op.inputs` is flat: a list input (`N * T`)
+takes N places, so positions would restate the op's registration."""
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import tensorflow as tf
+
+from sok_lite._loader import ops as _ops
 from sok_lite._tf_internals import op_def
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def op_wrapper(fn: _F) -> _F:
+    """Marks `fn`, a wrapper that hands its `locals()` to run_op, as a function AutoGraph calls
+    unconverted: a converted function's locals hold AutoGraph's own names (fscope, ...), and a
+    wrapper has no Python control flow to convert."""
+    unconverted: _F = tf.autograph.experimental.do_not_convert(fn)
+    return unconverted
+
+
+def run_op(op: str, args: dict[str, Any], **converted: Any) -> Any:
+    """Runs an op of the library on a wrapper's arguments, each under its own name.
+
+    Args:
+      op: the op's Python name without its "sok_lite_" prefix ("unique_ids" runs
+        SokLiteUniqueIds).
+      args: the wrapper's arguments by name (its `locals()`, taken first thing, in a function
+        marked with op_wrapper), named as the op names its inputs and attributes; `name`, when
+        there, is the name scope of the op (None: "sok_lite_<op>") rather than an argument.
+      **converted: arguments that replace those of `args` of the same name (converted:
+        `step=tf.cast(step, tf.int64)`), or that the op takes besides them.
+
+    Returns:
+      The op's outputs.
+    """
+    args = {**args, **converted}
+    run = getattr(_ops(), f"sok_lite_{op}")
+    if "name" not in args:
+        return run(**args)
+    with tf.name_scope(args.pop("name") or f"sok_lite_{op}"):
+        return run(**args)
 
 
 def inputs_by_name(op) -> dict:

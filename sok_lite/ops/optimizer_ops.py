@@ -2,12 +2,13 @@
 
 import tensorflow as tf
 
-from sok_lite._loader import ops as _ops
+from sok_lite.ops.op_inputs import op_wrapper, run_op
 
 
+@op_wrapper
 def sparse_apply(
-    var_handle: tf.Tensor,
-    slot_handles: list[tf.Tensor],
+    var: tf.Tensor,
+    slots: list[tf.Tensor],
     indices: tf.Tensor,
     grads: tf.Tensor,
     hyper: tf.Tensor,
@@ -23,8 +24,8 @@ def sparse_apply(
     """Updates rows `indices` of a variable and its slots with gradient rows `grads`.
 
     Args:
-      var_handle: the variable's resource handle ([rows, dim]).
-      slot_handles: the slots' handles, shaped like the variable, in the order of `kind`:
+      var: the variable's resource handle ([rows, dim]).
+      slots: the slots' handles, shaped like the variable, in the order of `kind`:
         the gradients' dtype, or (all of them) bfloat16 beside a 16-bit variable.
       indices: int64 [n] local rows (repeats are summed).
       grads: [n, dim] gradient rows: the variable's dtype, or float32 for a bfloat16 / float16
@@ -37,20 +38,7 @@ def sparse_apply(
       row_stride, row_offset: global row = local row * row_stride + row_offset (the rounding of
         a row is then the same on any number of ranks).
     """
-    with tf.name_scope(name or "sok_lite_sparse_apply"):
-        return _ops().sok_lite_sparse_apply(
-            var=var_handle,
-            slots=slot_handles,
-            indices=indices,
-            grads=grads,
-            hyper=hyper,
-            step=tf.cast(step, tf.int64),
-            kind=kind,
-            var_name=var_name,
-            rounding_seed=rounding_seed,
-            row_stride=row_stride,
-            row_offset=row_offset,
-        )
+    return run_op("sparse_apply", locals(), step=tf.cast(step, tf.int64))
 
 
 tf.no_gradient("SokLiteSparseApply")

@@ -11,6 +11,7 @@ import keras
 import tensorflow as tf
 
 from sok_lite import comm
+from sok_lite._errors import table_label
 from sok_lite._tf_internals import check_numerics_enabled
 from sok_lite.comm.shards import ReplicaShards, local_shard
 from sok_lite.optim.optimizer_rules import learning_rate, rule_for, weight_decay
@@ -52,11 +53,11 @@ def is_variable(value: object) -> bool:
 
 def _as_rows(grad: tf.Tensor | tf.IndexedSlices, var: TableKind) -> tf.IndexedSlices:
     """The gradient as IndexedSlices over local rows, checked against the table."""
-    name = var.name.split(":")[0]
+    name = table_label(var)
     if isinstance(grad, tf.IndexedSlices):
         values, indices = grad.values, tf.cast(grad.indices, tf.int64)
-    elif var.keyed:
-        # A dense tensor numbers its rows 0, 1, ...; a keyed table's rows are its keys.
+    elif var.kind == "hash":
+        # A dense tensor numbers its rows 0, 1, ...; a hash table's rows are its keys.
         raise ValueError(
             f"gradient of '{name}' is a dense {type(grad).__name__}: a hash table takes a "
             "tf.IndexedSlices over its keys (as tf.gather, tf.nn.embedding_lookup and "

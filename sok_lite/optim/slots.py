@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
+from sok_lite._errors import table_label
 from sok_lite._tf_internals import VARIABLE_VALUE_KEY, ResourceVariable, Trackable, require
 from sok_lite.optim.optimizer_rules import is_legacy, rule_for, unwrap
 from sok_lite.tables.table_dtypes import row_dtype
@@ -31,7 +32,7 @@ _UPDATED: weakref.WeakKeyDictionary[Optimizer, dict[object, tf.Variable]] = (
 
 
 def _new_slot(var: tf.Variable, name: str, fill: float) -> tf.Variable:
-    base = var.name.split(":")[0]
+    base = table_label(var)
     # float32 beside a 16-bit table unless it asks for bfloat16 slots (Variable(slot_dtype=)).
     dtype = getattr(var, "slot_dtype", None) or row_dtype(var.dtype)
     value = tf.fill(tf.shape(var), tf.constant(fill, dtype))
@@ -89,7 +90,7 @@ def get_slots(
         with tf.init_scope(), tf.device(var.device):
             for name, fill in missing:
                 per_var[name] = _new_slot(var, name, fill)
-                key = f"{var.name.split(':')[0]}/{name}"
+                key = f"{table_label(var)}/{name}"
                 while key in store:  # tables sharing a name: keep both, in creation order
                     key += "_"
                 slot = per_var[name]
@@ -208,7 +209,7 @@ class TableSlots(OptimizerState):
         ):
             # Keras applied this table itself: which rows changed is not recorded.
             raise ValueError(
-                f"table '{table.name.split(':')[0]}' was updated by Keras outside "
+                f"table '{table_label(table)}' was updated by Keras outside "
                 "sok_lite.OptimizerScope: its changed rows are unknown; save it with a full "
                 "dump (no since_step), or apply it under OptimizerScope"
             )

@@ -12,10 +12,11 @@ from typing import NoReturn
 import tensorflow as tf
 
 from sok_lite import comm
+from sok_lite._errors import table_label
 from sok_lite._tf_internals import BaseResourceVariable, variable_accessed
 from sok_lite.comm.shards import create_shards
 from sok_lite.comm.strategy import StrategyCommunicator
-from sok_lite.ops import dynamic_ops
+from sok_lite.ops import hash_table_ops
 from sok_lite.tables.dynamic_config import (
     DYNAMIC_DTYPES,
     CreateArgs,
@@ -138,7 +139,9 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
         )
         with tf.init_scope():
             with tf.device(_host_device()) if cpu_only else contextlib.nullcontext():
-                handle = dynamic_ops.create_table(shared_name, tier_path=tier_path, **create_args)
+                handle = hash_table_ops.create_table(
+                    shared_name, tier_path=tier_path, **create_args
+                )
         super().__init__(
             trainable=trainable,
             shape=tf.TensorShape([None, dimension]),
@@ -225,8 +228,8 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
           time.
         """
         if not self._on_host():  # the GPU table keeps no counters
-            return ram_only(int(dynamic_ops.size(self.handle)), 0)
-        values = [int(v) for v in dynamic_ops.memory_stats(self.handle).numpy()]
+            return ram_only(int(hash_table_ops.size(self.handle)), 0)
+        values = [int(v) for v in hash_table_ops.memory_stats(self.handle).numpy()]
         stats: MemoryStats = dict(zip(MEMORY_STATS, values))
         budget = stats["ram_budget"]
         stats["ram_budget"] = None if budget is None or budget < 0 else budget
@@ -243,7 +246,7 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
     def size(self) -> tf.Tensor:
         """The number of stored rows over all ranks, an int64 scalar. With several ranks every
         rank must call it (the count is summed over ranks)."""
-        return comm.current().allreduce_sum(dynamic_ops.size(self.handle))
+        return comm.current().allreduce_sum(hash_table_ops.size(self.handle))
 
     def sparse_read(self, indices: tf.Tensor, name: str | None = None) -> tf.Tensor:
         """The rows of the keys `indices` (any shape): [*indices.shape, dimension].
@@ -269,7 +272,7 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
             flat = tf.reshape(keys, [-1])
             if comm.current().num_ranks == 1:
                 variable_accessed(self)
-                rows = dynamic_ops.lookup(
+                rows = hash_table_ops.lookup(
                     self.handle,
                     tf.cast(flat, tf.int64),
                     self._dimension,
@@ -285,7 +288,7 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
 
     @property
     def _label(self) -> str:
-        return self.name.split(":")[0]
+        return table_label(self)
 
     def gather_nd(self, indices: tf.Tensor, name: str | None = None) -> NoReturn:
         """Not supported: a hash table is read by key, with tf.gather or lookup_sparse.

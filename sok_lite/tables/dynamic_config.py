@@ -18,7 +18,7 @@ DYNAMIC_DTYPES = (tf.float32, tf.bfloat16, tf.float16)
 
 
 class CreateArgs(TypedDict):
-    """How a hash table was configured: sok_lite.ops.dynamic_ops.create_table's arguments
+    """How a hash table was configured: sok_lite.ops.hash_table_ops.create_table's arguments
     besides its shared name and tier path (kept to create a staging table alike)."""
 
     dim: int

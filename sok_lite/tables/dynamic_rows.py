@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from sok_lite import comm
-from sok_lite.ops import dynamic_ops
+from sok_lite.ops import hash_table_ops
 from sok_lite.tables.dynamic_config import RESTORE_ROWS, CreateArgs, _host_device, _table_ids
 from sok_lite.tables.key_hash import OWNER_BY_HASH, hash_owner
 from sok_lite.tables.staging import ReplayedRows, StagedRows, SwappedRows
@@ -62,7 +62,7 @@ class DynamicRows:
         """(keys [n], values [n, dim]) stored on this rank; with_slots: rows [n, dim * (1 + k)],
         the value then each optimizer slot; since_step: only rows an optimizer step (or an
         assign) changed after that step."""
-        keys, values = dynamic_ops.export(
+        keys, values = hash_table_ops.export(
             self.handle, with_slots, since_step, f"dynamic table '{self._label}'"
         )
         return tf.cast(keys, self._key_dtype), values
@@ -96,8 +96,8 @@ class DynamicRows:
             raise ValueError(
                 f"'{self.name}': values of width {width} for dimension {self._dimension}"
             )
-        step = dynamic_ops.INT64_MAX if step is None else step
-        return dynamic_ops.assign(
+        step = hash_table_ops.INT64_MAX if step is None else step
+        return hash_table_ops.assign(
             self.handle,
             tf.cast(keys, tf.int64),
             values,
@@ -109,7 +109,7 @@ class DynamicRows:
     def evict(self, steps_unseen: int) -> tf.Tensor:
         """Removes rows not looked up during the last steps_unseen lookups; returns how many
         this rank removed."""
-        return dynamic_ops.evict(self.handle, tf.constant(steps_unseen, tf.int64))
+        return hash_table_ops.evict(self.handle, tf.constant(steps_unseen, tf.int64))
 
     def replace_rows(self, keys: tf.Tensor, rows: tf.Tensor) -> tf.Operation | None:
         """Makes this rank's table hold exactly `keys` with `rows`; every other row is dropped.
@@ -145,7 +145,7 @@ class DynamicRows:
             staged = SwappedRows(
                 self,
                 self._new_staging_table,
-                lambda handle: dynamic_ops.assign(
+                lambda handle: hash_table_ops.assign(
                     handle, keys, rows, with_slots=True, table_name=f"dynamic table '{self._label}'"
                 ),
             )
@@ -155,13 +155,13 @@ class DynamicRows:
                 staged.discard()
             return None
         with tf.control_dependencies(checks):
-            cleared = dynamic_ops.clear(self.handle)
+            cleared = hash_table_ops.clear(self.handle)
         with tf.control_dependencies([c for c in [cleared] if c is not None] + checks):
-            return dynamic_ops.assign(self.handle, keys, rows, with_slots=True)
+            return hash_table_ops.assign(self.handle, keys, rows, with_slots=True)
 
     # tf.train.Checkpoint: this rank's keys and rows (value and optimizer slots).
     def _serialize_to_tensors(self) -> dict[str, tf.Tensor]:
-        keys, rows = dynamic_ops.export(self.handle, with_slots=True)
+        keys, rows = hash_table_ops.export(self.handle, with_slots=True)
         return {"keys": keys, "rows": rows}
 
     def _restore_from_tensors(self, restored_tensors: dict[str, tf.Tensor]) -> tf.Operation | None:
@@ -184,8 +184,8 @@ class DynamicRows:
 
     # --- TableKind: key k on rank hash(k) % N (or every key on rank K) ---------------------
 
-    keyed = True
-    checkpoint_kind = "dynamic"
+    kind = "hash"
+    checkpoint_kind = "dynamic"  # a hash table, as format version 1 of sok.dump names it
     apply_op = "SokLiteDynamicApply"
     id_limit = -1  # any key
 
@@ -210,7 +210,7 @@ class DynamicRows:
         tables: Sequence[TableKind], ids: Sequence[tf.Tensor], labels: Sequence[str]
     ) -> list[tf.Tensor]:
         return [
-            dynamic_ops.lookup(t.handle, i, int(t.shape[1]), label)
+            hash_table_ops.lookup(t.handle, i, int(t.shape[1]), label)
             for t, i, label in zip(tables, ids, labels)
         ]
 
@@ -230,7 +230,7 @@ class DynamicRows:
         hotness: int,
         label: str,
     ) -> tf.Tensor:
-        return dynamic_ops.lookup_combine(
+        return hash_table_ops.lookup_combine(
             self.handle, ids, splits, weights, self._dimension, combiner, hotness, label
         )
 
@@ -250,7 +250,7 @@ class DynamicRows:
         if state is None:
             raise ValueError(f"'{self._label}': a row-wise update needs an optimizer")
         label = f"dynamic table '{self._label}'"
-        dynamic_ops.apply(
+        hash_table_ops.apply(
             self.handle,
             grad.indices,
             grad.values,
@@ -288,14 +288,14 @@ class DynamicRows:
         (maybe empty). A host table is read a piece at a time: a dump never holds it whole."""
         label = f"dynamic table '{self._label}'"
         if not self._on_host():
-            keys, rows = dynamic_ops.export(self.handle, with_slots, since_step, label)
+            keys, rows = hash_table_ops.export(self.handle, with_slots, since_step, label)
             keys, rows = keys.numpy(), rows.numpy()
             for start in range(0, max(len(keys), 1), chunk_rows):
                 yield keys[start : start + chunk_rows], rows[start : start + chunk_rows]
             return
         cursor, first = 0, True
         while cursor >= 0:
-            keys, rows, cursor = dynamic_ops.export_range(
+            keys, rows, cursor = hash_table_ops.export_range(
                 self.handle, cursor, chunk_rows, with_slots, since_step, label
             )
             cursor = int(cursor)
@@ -330,7 +330,7 @@ class DynamicRows:
                     piece = slice(start, start + RESTORE_ROWS)
                     keys = tf.cast(tf.constant(ids[piece]), tf.int64)
                     values = tf.constant(rows[piece], tf.float32)
-                    dynamic_ops.assign(handle, keys, values, with_slots, step, label, fills)
+                    hash_table_ops.assign(handle, keys, values, with_slots, step, label, fills)
             self._check_capacity(handle)
 
         if not self._on_host():
@@ -341,7 +341,7 @@ class DynamicRows:
         """Refuses staged rows beyond this rank's capacity: a load must not leave the next
         lookup to drop them."""
         per_rank = self.rank_capacity
-        held = int(dynamic_ops.size(handle))
+        held = int(hash_table_ops.size(handle))
         if per_rank and held > per_rank:
             raise ValueError(
                 f"dynamic table '{self._label}': the rows loaded for rank "
@@ -353,7 +353,7 @@ class DynamicRows:
     def _new_staging_table(self, tier_dir: str) -> tf.Tensor:
         """An empty host table configured as this one, its disk tier (if any) in tier_dir."""
         with tf.init_scope(), tf.device(_host_device()):
-            return dynamic_ops.create_table(
+            return hash_table_ops.create_table(
                 f"{self._unique_id}_staged_{next(_table_ids)}",
                 tier_path=tier_dir,
                 **self._create_args,

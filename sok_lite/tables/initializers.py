@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from sok_lite._loader import ops as _ops
+from sok_lite.ops.op_inputs import run_op
 
 # Variables created without an explicit seed get 1, 2, 3, ... in creation order: every rank
 # creates its variables in the same order, so they agree without communicating.
@@ -33,14 +33,13 @@ class RowInitializer:
 
     def __call__(self, row_ids: tf.Tensor, dim: int, dtype: tf.DType) -> tf.Tensor:
         """The initial [len(row_ids), dim] rows of the given int64 row ids (or keys)."""
-        return _ops().sok_lite_init_rows(
+        # The op's attributes are the fields: kind, a, b, seed.
+        return run_op(
+            "init_rows",
+            dataclasses.asdict(self),
             row_ids=tf.cast(row_ids, tf.int64),
             dtype=dtype,
             dim=dim,
-            kind=self.kind,
-            seed=self.seed,
-            a=self.a,
-            b=self.b,
         )
 
 

@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 import tensorflow as tf
 
-from sok_lite.ops import dynamic_ops
+from sok_lite.ops import hash_table_ops
 from sok_lite.tables.storage import destroy_table, remove_tier_dir
 
 
@@ -66,7 +66,7 @@ class SwappedRows(StagedRows):
             raise
 
     def commit(self) -> None:
-        dynamic_ops.swap_rows(self._table.handle, self._handle)
+        hash_table_ops.swap_rows(self._table.handle, self._handle)
 
     undo = commit  # a swap is its own inverse
 
@@ -89,10 +89,10 @@ class ReplayedRows(StagedRows):
         self._saved: tuple[np.ndarray, np.ndarray] | None = None
 
     def commit(self) -> None:
-        keys, rows = dynamic_ops.export(self._table.handle, with_slots=True)
+        keys, rows = hash_table_ops.export(self._table.handle, with_slots=True)
         self._saved = (keys.numpy(), rows.numpy())
         try:
-            dynamic_ops.clear(self._table.handle)
+            hash_table_ops.clear(self._table.handle)
             self._fill(self._table.handle)
         except BaseException:
             self.undo()
@@ -102,8 +102,8 @@ class ReplayedRows(StagedRows):
         if self._saved is None:  # nothing was committed
             return
         keys, rows = self._saved
-        dynamic_ops.clear(self._table.handle)
-        dynamic_ops.assign(self._table.handle, keys, rows, with_slots=True)
+        hash_table_ops.clear(self._table.handle)
+        hash_table_ops.assign(self._table.handle, keys, rows, with_slots=True)
 
     def discard(self) -> None:
         self._saved = None

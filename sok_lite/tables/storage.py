@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import numbers
 import os
 import re
 import tempfile
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -25,26 +26,36 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
 
 
-def parse_bytes(value: object) -> int:
-    """A byte count from an int or a string such as "2GiB", "512MiB", "1.5GB" or "4096".
+def parse_bytes(value: object, what: str = "the value") -> int:
+    """A byte count >= 0 from an int or a string such as "2GiB", "512MiB", "1.5GB" or "4096".
+
+    Args:
+      value: an int (a NumPy integer too) or a string: a number and an optional unit (B, KB,
+        MB, GB, TB in powers of 10; KiB, MiB, GiB, TiB in powers of 2).
+      what: what the value is, for the messages ("ram_budget").
 
     Raises:
-      ValueError: anything else, or a count < 1.
+      ValueError: naming `what`, for a negative count, a bool, None or any other type, or a
+        string that is not a size. Callers that need a count >= 1, or take None, check that
+        themselves.
+
+    >>> parse_bytes("1.5KiB"), parse_bytes(0)
+    (1536, 0)
     """
-    if isinstance(value, bool):
-        raise ValueError(f"ram_budget must be an int or a string like '2GiB', got {value!r}")
-    if isinstance(value, int):
-        count = value
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        count = int(value)
     elif isinstance(value, str):
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
         unit = match.group(2).lower() if match else None
         if match is None or unit not in _UNITS:
-            raise ValueError(f"ram_budget {value!r} is not a byte count like '2GiB' or '512MiB'")
+            raise ValueError(
+                f"{what} {value!r} is not a size: give bytes or a string such as '2GiB' or '512MiB'"
+            )
         count = int(float(match.group(1)) * _UNITS[unit])
     else:
-        raise ValueError(f"ram_budget must be an int or a string like '2GiB', got {value!r}")
-    if count < 1:
-        raise ValueError(f"ram_budget must be at least 1 byte, got {value!r}")
+        raise ValueError(f"{what} must be an int or a string like '2GiB', got {value!r}")
+    if count < 0:
+        raise ValueError(f"{what} must be >= 0 bytes, got {value!r}")
     return count
 
 
@@ -72,7 +83,30 @@ class Disk:
         if not isinstance(path, (str, os.PathLike)) or not str(path):
             raise ValueError(f"storage.Disk needs a directory path, got {path!r}")
         object.__setattr__(self, "path", os.fspath(path))
-        object.__setattr__(self, "ram_budget", parse_bytes(ram_budget))
+        budget = parse_bytes(ram_budget, "ram_budget")
+        if budget < 1:
+            raise ValueError(f"ram_budget must be at least 1 byte, got {ram_budget!r}")
+        object.__setattr__(self, "ram_budget", budget)
+
+
+# type escape: a config dict's fields are checked by Disk itself
+def disk_of(storage: Disk | dict[str, Any] | None, label: str) -> Disk | None:
+    """A Disk from a Disk or a dict of its fields (as a saved config holds it); None stays None.
+
+    Raises:
+      ValueError: starting with `label`, for anything else or a dict a Disk refuses.
+    """
+    if storage is None or isinstance(storage, Disk):
+        return storage
+    if not isinstance(storage, dict) or set(storage) != {"path", "ram_budget"}:
+        raise ValueError(
+            f"{label}: storage must be None, sok.storage.Disk(path, ram_budget) or a dict "
+            f'{{"path": ..., "ram_budget": ...}}, got {storage!r}'
+        )
+    try:
+        return Disk(storage["path"], storage["ram_budget"])
+    except ValueError as e:
+        raise ValueError(f"{label}: {e}") from None
 
 
 # Directories this process gave to tables: a second table of the same name gets its own.

@@ -5,7 +5,7 @@ hash table, key k on the rank its hash selects) both implement it; the modules t
 tables ask these questions instead of testing the table's class, so that a new kind of table
 (a disk-backed one, say) is one new class.
 
-Where the rows of a distributed row-numbered table live is stated once for Python in
+Where the rows of a distributed static table live is stated once for Python in
 sok_lite.tables.key_hash, as the kernels state it in kernels/core/cpu_gpu_rules.h.
 
 The optimizer side of a row-wise update is typed here too, as Protocols (RowRule,
@@ -85,12 +85,13 @@ class TableKind(abc.ABC):
 
     A table holds this rank's rows only; `placement` says which rank holds which id, and the
     methods below turn that into routing, reads, row-wise updates, checkpoint chunks and
-    serving copies. Ids are global: row numbers for a row-numbered table (`keyed` False),
-    arbitrary integer keys for a keyed one.
+    serving copies. Ids are global: row numbers for a static table (`kind` "static"),
+    arbitrary integer keys for a hash table (`kind` "hash").
     """
 
-    # Whether ids are arbitrary keys (rows created on first lookup) rather than row numbers.
-    keyed: bool = False
+    # "static" (ids are row numbers) or "hash" (ids are arbitrary keys, rows created on first
+    # lookup): the two kinds of sok_lite.tables.TABLE_KINDS.
+    kind: str = "static"
     # The "kind" a checkpoint manifest records for the table.
     checkpoint_kind: str = ""
     # The kernel that applies row-wise updates, as error messages name it.
@@ -213,9 +214,9 @@ class TableKind(abc.ABC):
     ) -> StagedRows:
         """A sok_lite.tables.staging.StagedRows whose commit() replaces this rank's rows by those of
         `pieces`, (global ids [n], rows [n, dim * (1 + slots)]) this rank owns, value then each
-        slot when an optimizer is given; nothing changes before commit(). A keyed table stores
+        slot when an optimizer is given; nothing changes before commit(). A hash table stores
         the pieces as they come (a later row of a key replaces an earlier one) without holding
-        them all; a row-numbered one gets every local row. step: the optimizer step the rows
+        them all; a static one gets every local row. step: the optimizer step the rows
         count as changed at (None: unknown)."""
 
     def checkpoint_restore(
@@ -346,7 +347,7 @@ def ram_only(rows: int, bytes_ram: int) -> MemoryStats:
 @dataclasses.dataclass(frozen=True)
 class ServingRows:
     """A table's serving_copy(): every row as a tf.Variable and, for a hash table, the int64
-    key of each row and the per-key initializer of unseen keys (None for a row-numbered table)."""
+    key of each row and the per-key initializer of unseen keys (None for a static table)."""
 
     rows: tf.Variable
     keys: tf.Tensor | None = None

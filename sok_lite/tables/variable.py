@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from sok_lite import comm
+from sok_lite._errors import table_label
 from sok_lite._tf_internals import ResourceVariable
 from sok_lite.comm.shards import create_shards
 from sok_lite.comm.strategy import StrategyCommunicator
@@ -121,10 +122,6 @@ def read_rows(
     are a resource variable's, in local row order; 16-bit tables are read as float32)."""
     dtype = row_dtype(tables[0].dtype)
     return lookup_ops.gather_rows([t.handle for t in tables], list(ids), dtype, list(labels))
-
-
-def _name(var: TableKind) -> str:
-    return var.name.split(":")[0]
 
 
 class Variable(PlacedTable, ResourceVariable, TableKind):
@@ -276,7 +273,7 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
 
     # --- TableKind: row i on rank i % N (or every row on rank K) ----------------------------
 
-    keyed = False
+    kind = "static"
     checkpoint_kind = "static"
     apply_op = "SokLiteSparseApply"
     id_dtypes = (tf.int32, tf.int64)
@@ -327,7 +324,7 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
     ) -> None:
         state = optimizer_state(optimizer, rule)
         if state is None:
-            raise ValueError(f"'{_name(self)}': a row-wise update needs an optimizer")
+            raise ValueError(f"'{table_label(self)}': a row-wise update needs an optimizer")
         handles = [s.handle for s in state.slots(self)]
         stride, offset = self._row_numbering
         sparse_apply(
@@ -337,7 +334,7 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
             grad.values,
             hyper,
             state.kernel,
-            _name(self),
+            table_label(self),
             step=step,
             rounding_seed=self._rounding_seed,
             row_stride=stride,
@@ -348,7 +345,7 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
     def slot_variables(self, optimizer: Optimizer, rule: RowRule) -> list[tf.Variable]:
         state = optimizer_state(optimizer, rule)
         if state is None:
-            raise ValueError(f"'{_name(self)}': optimizer slots need an optimizer")
+            raise ValueError(f"'{table_label(self)}': optimizer slots need an optimizer")
         return state.slots(self)
 
     def checkpoint_meta(self) -> dict[str, object]:
@@ -368,7 +365,9 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
         if since_step is None:
             selected = tf.range(int(self.shape[0]), dtype=tf.int64)
         elif state is None:
-            raise ValueError(f"'{_name(self)}': the rows changed since a step need the optimizer")
+            raise ValueError(
+                f"'{table_label(self)}': the rows changed since a step need the optimizer"
+            )
         else:
             selected = state.changed_rows(self, since_step)
         held = self.held_ids().numpy()
@@ -405,15 +404,15 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
         name: str | None = None,
         read_value: bool = True,
     ) -> tf.Tensor | tf.Operation:
-        value = check_value_range(value, self.dtype, _name(self), "assigned value")
+        value = check_value_range(value, self.dtype, table_label(self), "assigned value")
         return super().assign(value, use_locking, name, read_value)
 
     def assign_rows(self, ids: tf.Tensor, values: tf.Tensor) -> None:
-        values = check_value_range(values, self.dtype, _name(self), "assigned value")
+        values = check_value_range(values, self.dtype, table_label(self), "assigned value")
         keys = tf.cast(tf.reshape(tf.convert_to_tensor(ids), [-1]), tf.int64)
         values = tf.reshape(tf.cast(values, self.dtype), [-1, self.shape[1]])
         communicator = comm.current()
-        label = _name(self)
+        label = table_label(self)
         checks = [
             tf.debugging.assert_less(
                 keys, tf.constant(self.id_limit, tf.int64), f"'{label}': key past the table"

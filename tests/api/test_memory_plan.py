@@ -231,6 +231,38 @@ def test_parse_bytes(text, expected):
     assert memory.parse_bytes(text) == expected
 
 
+def test_parse_bytes_takes_any_count_from_zero_and_callers_bound_it():
+    assert memory.parse_bytes(0) == 0 and memory.parse_bytes(np.int64(7)) == 7
+    for bad in (None, -1, True, 1.5, "2 parsecs"):
+        with pytest.raises(ValueError, match="ram_budget"):
+            memory.parse_bytes(bad, "ram_budget")
+    with pytest.raises(ValueError, match="at least 1 byte"):
+        sok.storage.Disk("/tmp/x", 0)
+    assert sok.plan_memory([{"rows": 10, "dim": 4}])[0]["ram_budget"] is None
+
+
+def test_one_table_spec_for_plans_features_and_constructors(tmp_path):
+    disk = {"path": str(tmp_path), "ram_budget": "1MiB"}
+    feature = sok.keras.FeatureSpec("clicks", output_dim=4, storage=disk, min_count=2)
+    spec = feature.table_spec()
+    assert spec == sok.TableSpec.of(feature) == sok.TableSpec.of(spec)
+    assert sok.keras.features.TableSpec is sok.TableSpec is memory.TableSpec
+    assert (spec.kind, spec.name, spec.storage.ram_budget) == ("hash", "clicks", 2**20)
+    keras_names = (spec.input_dim, spec.output_dim, spec.storage_dtype, spec.hashed)
+    assert keras_names == (None, 4, None, True)
+    # A plan reads the budget of the spec's storage, given as a Disk or a dict.
+    tiered = dict(rows=2000, dim=4, kind="hash")
+    planned = sok.plan_memory([dict(tiered, storage=disk)], "adam")[0]
+    budgeted = sok.plan_memory([dict(tiered, ram_budget="1MiB")], "adam")[0]
+    assert planned["ram_budget"] == 2**20 and planned == budgeted
+    with pytest.raises(ValueError, match=r"'items'.*ram_budget needs a disk tier"):
+        sok.plan_memory([dict(rows=10, dim=4, name="items", storage=disk)])
+    table = spec.build()
+    assert isinstance(table, sok.DynamicVariable) and table.storage == spec.storage
+    static = sok.TableSpec(5, 3, initializer="ones", name="items", dtype=None).build()
+    assert isinstance(static, sok.Variable) and static.numpy().tolist() == [[1.0] * 3] * 5
+
+
 def _ids(keys) -> tf.RaggedTensor:
     return tf.RaggedTensor.from_tensor(tf.reshape(tf.constant(keys, tf.int64), [-1, 1]))
 

@@ -44,7 +44,7 @@ def test_row_owner_global_row_and_rows_held_agree(num_ranks):
 def test_what_each_kind_answers():
     static = sok.Variable(np.zeros([5, 2]), dtype=tf.float32)
     dynamic = sok.DynamicVariable(2, key_dtype=tf.int32)
-    assert (static.keyed, dynamic.keyed) == (False, True)
+    assert (static.kind, dynamic.kind) == ("static", "hash")
     assert (static.id_limit, dynamic.id_limit) == (5, -1)
     assert (static.owner_code, dynamic.owner_code) == (
         key_hash.OWNER_BY_ROW,

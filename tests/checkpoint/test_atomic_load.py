@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite.ops import dynamic_ops
+from sok_lite.ops import hash_table_ops
 from tests.checkpoint.checkpoint_model import make_tables, state, train
 
 
@@ -102,7 +102,7 @@ def test_a_failed_swap_undoes_the_tables_already_swapped(tmp_path, monkeypatch):
     for t in targets:
         look_up(t, range(1000, 1050))
     before = [keyed_state(t) for t in targets]
-    real_swap, calls = dynamic_ops.swap_rows, []
+    real_swap, calls = hash_table_ops.swap_rows, []
 
     def swap_failing_second(handle, staged):
         calls.append(handle)
@@ -110,7 +110,7 @@ def test_a_failed_swap_undoes_the_tables_already_swapped(tmp_path, monkeypatch):
             raise tf.errors.InvalidArgumentError(None, None, "disk tier: cannot move")
         return real_swap(handle, staged)
 
-    monkeypatch.setattr(dynamic_ops, "swap_rows", swap_failing_second)
+    monkeypatch.setattr(hash_table_ops, "swap_rows", swap_failing_second)
     with pytest.raises(tf.errors.InvalidArgumentError, match="cannot move"):
         sok.load(tmp_path / "ckpt", targets)
     assert len(calls) == 3  # the first swap, the failed second, the first undone

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import sok_lite as sok
 from sok_lite.io import checkpoint
-from sok_lite.ops import dynamic_ops
+from sok_lite.ops import hash_table_ops
 
 DIM = 8
 KEYS = 3000
@@ -48,7 +48,7 @@ def sorted_export(table):
 def spies(monkeypatch):
     """Sizes of every read of a dump file (values) and of every assign (rows) from then on."""
     reads, assigns = [], []
-    read, assign = checkpoint._read, dynamic_ops.assign
+    read, assign = checkpoint._read, hash_table_ops.assign
 
     def spy_read(f, dtype, count):
         reads.append(count)
@@ -59,7 +59,7 @@ def spies(monkeypatch):
         return assign(handle, keys, *args, **kwargs)
 
     monkeypatch.setattr(checkpoint, "_read", spy_read)
-    monkeypatch.setattr(dynamic_ops, "assign", spy_assign)
+    monkeypatch.setattr(hash_table_ops, "assign", spy_assign)
     return reads, assigns
 
 

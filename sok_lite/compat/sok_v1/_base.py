@@ -3,7 +3,7 @@
 import keras
 
 from sok_lite import comm
-from sok_lite.keras.features import FeatureSpec, TableSpec, serialize_initializer
+from sok_lite.keras.features import FeatureSpec, serialize_initializer
 from sok_lite.keras.layers import _TableLayer
 
 # SOK's tables start uniform in [-0.05, 0.05], which is Keras' "random_uniform".
@@ -58,12 +58,8 @@ class SokTableLayer(_TableLayer):
         )
 
     def _build_table(self, feature: FeatureSpec) -> None:
-        assert feature.output_dim is not None  # _make_feature sets it
-        spec = TableSpec(
-            feature.name, feature.input_dim, feature.output_dim, feature.initializer, feature.mode
-        )
         self.feature = feature
-        self.var = self._create_table(spec, "embedding_variable")
+        self.var = self._create_table(feature.table_spec(), "embedding_variable")
 
     @property
     def embedding_variable(self):

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite.ops import dynamic_ops
+from sok_lite.ops import hash_table_ops
 from tests.common import rows_by_key
 
 EXTREME_KEYS = [-(2**63), -1, 0, 2**31, 2**63 - 1]
@@ -73,7 +73,7 @@ def test_fused_rows_equal_the_deduplicated_ops_rows():
     )
     out = sok.lookup_sparse(fused, tf.RaggedTensor.from_row_lengths(keys, lengths)).numpy()
     unique = np.unique(keys)
-    rows = dynamic_ops.lookup(plain.handle, tf.constant(unique), 4).numpy()
+    rows = hash_table_ops.lookup(plain.handle, tf.constant(unique), 4).numpy()
     np.testing.assert_array_equal(rows_by_key(fused)[int(unique[3])], rows[3])
     by_key = dict(zip(unique.tolist(), rows))
     ref = numpy_combine(by_key, keys, lengths, None, "sum", 4)
@@ -160,7 +160,9 @@ def test_hotness_and_malformed_splits_are_rejected():
     def raw(splits, weights):
         ids = tf.constant([1, 2], tf.int64)
         splits = tf.constant(splits, tf.int64)
-        return dynamic_ops.lookup_combine(table.handle, ids, splits, weights, 2, "sum", 0, "clicks")
+        return hash_table_ops.lookup_combine(
+            table.handle, ids, splits, weights, 2, "sum", 0, "clicks"
+        )
 
     with pytest.raises(tf.errors.InvalidArgumentError, match="clicks.*row_splits"):
         raw([0, 3], tf.zeros([0]))

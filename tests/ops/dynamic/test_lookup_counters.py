@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite.ops import dynamic_ops
+from sok_lite.ops import hash_table_ops
 
 DIM = 4
 
@@ -18,14 +18,14 @@ def counts(table) -> tuple[int, int]:
 
 
 def lookup(table, keys):
-    return dynamic_ops.lookup(table.handle, np.array(keys, np.int64), DIM)
+    return hash_table_ops.lookup(table.handle, np.array(keys, np.int64), DIM)
 
 
 def lookup_combine(table, keys):
     keys = np.array(keys, np.int64)
     splits = np.array([0, len(keys) // 2, len(keys)], np.int64)
     empty = np.zeros([0], np.float32)
-    return dynamic_ops.lookup_combine(table.handle, keys, splits, empty, DIM, "sum", 0)
+    return hash_table_ops.lookup_combine(table.handle, keys, splits, empty, DIM, "sum", 0)
 
 
 def test_ram_and_tiered_tables_count_alike_when_nothing_spills(tmp_path):

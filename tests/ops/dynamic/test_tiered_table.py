@@ -180,15 +180,15 @@ def test_dump_reads_the_table_a_piece_at_a_time(tmp_path, monkeypatch):
     for ids in batches(5, 6):
         train_step(tiered, opt, ids)
     calls = []
-    real = sok.ops.dynamic_ops.export_range
+    real = sok.ops.hash_table_ops.export_range
 
     def spy(handle, cursor, limit, *args):
         calls.append(limit)
         return real(handle, cursor, limit, *args)
 
-    monkeypatch.setattr(sok.ops.dynamic_ops, "export_range", spy)
+    monkeypatch.setattr(sok.ops.hash_table_ops, "export_range", spy)
     monkeypatch.setattr(sok.checkpoint, "CHUNK_ROWS", 200)
-    monkeypatch.setattr(sok.ops.dynamic_ops, "export", None)  # never the whole table
+    monkeypatch.setattr(sok.ops.hash_table_ops, "export", None)  # never the whole table
     sok.dump(tmp_path / "ck", [tiered], opt)
     assert len(calls) >= int(tiered.size()) // 200 and set(calls) == {200}
     monkeypatch.undo()

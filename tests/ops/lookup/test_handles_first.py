@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from sok_lite.ops import dynamic_ops, exchange_ops, lookup_ops
+from sok_lite.ops import exchange_ops, hash_table_ops, lookup_ops
 from sok_lite.ops.optimizer_ops import sparse_apply
 from sok_lite.tables.initializers import row_initializer
 
@@ -56,7 +56,7 @@ def test_gather_for_peers_reports_the_table_before_a_malformed_message():
         peers(table.handle, *malformed, dtype=tf.float64, dynamic=True)
     with pytest.raises(tf.errors.OpError):
         peers(table.handle, *EMPTY, dynamic=True)
-    hashed = dynamic_ops.create_table("handles_first_t", 2, row_initializer(0.5))
+    hashed = hash_table_ops.create_table("handles_first_t", 2, row_initializer(0.5))
     with pytest.raises(tf.errors.OpError):
         peers(hashed, *EMPTY, dynamic=False)
     with pytest.raises(tf.errors.InvalidArgumentError, match="users: dimension mismatch"):
@@ -83,7 +83,9 @@ def test_sparse_apply_checks_the_variable_before_the_gradients():
 
 
 def test_dynamic_lookup_combine_checks_the_table_before_the_ids():
-    table = dynamic_ops.create_table("handles_first_c", 4, row_initializer(0.5))
+    table = hash_table_ops.create_table("handles_first_c", 4, row_initializer(0.5))
     ids, bad_splits = np.array([1, 2], np.int64), np.array([0, 5], np.int64)
     with pytest.raises(tf.errors.InvalidArgumentError, match="rows have 4 columns"):
-        dynamic_ops.lookup_combine(table, ids, bad_splits, np.zeros([0], np.float32), 3, "sum", 0)
+        hash_table_ops.lookup_combine(
+            table, ids, bad_splits, np.zeros([0], np.float32), 3, "sum", 0
+        )

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite.ops import dynamic_ops, lookup_ops
+from sok_lite.ops import hash_table_ops, lookup_ops
 from tests.gpu.gpu_reference import unique_ids as first_occurrence_unique
 
 # Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
@@ -67,9 +67,9 @@ def test_dynamic_lookup_of_many_repeated_keys():
 def test_raw_lookup_counts_a_repeated_key_once_per_step():
     table = sok.DynamicVariable(4, min_count=2)
     keys = tf.constant([5, 5, 5, 9], tf.int64)
-    first = dynamic_ops.lookup(table.handle, keys, 4)
+    first = hash_table_ops.lookup(table.handle, keys, 4)
     assert int(table.size()) == 0  # one step saw 5 once, however often it repeats
-    second = dynamic_ops.lookup(table.handle, keys, 4)
+    second = hash_table_ops.lookup(table.handle, keys, 4)
     assert int(table.size()) == 2  # second step: both admitted, each stored once
     np.testing.assert_array_equal(first.numpy(), second.numpy())
     np.testing.assert_array_equal(second.numpy()[0], second.numpy()[2])

@@ -1,4 +1,8 @@
-"""The dynamic (hash) table op family and the gradient of its lookup."""
+"""The hash table op family and the gradients of its lookups.
+
+The ops keep the names they were registered with, SokLiteDynamic* ("dynamic" is the family's
+first name, as in sok_lite.DynamicVariable); `table` is the resource handle of one rank's table.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,10 @@ from typing import Protocol
 
 import tensorflow as tf
 
-from sok_lite._loader import ops as _ops
 from sok_lite.ops import lookup_ops
-from sok_lite.ops.op_inputs import inputs_by_name
+from sok_lite.ops.op_inputs import inputs_by_name, op_wrapper, run_op
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class RowInit(Protocol):
@@ -25,6 +30,7 @@ class RowInit(Protocol):
     def seed(self) -> int: ...
 
 
+@op_wrapper
 def create_table(
     shared_name: str,
     dim: int,
@@ -37,34 +43,26 @@ def create_table(
     storage_dtype: tf.DType = tf.float32,
     rounding_seed: int = 0,
 ) -> tf.Tensor:
-    """The resource handle of this rank's hash table (created on first call). With tier_path,
-    rows beyond ram_budget bytes of RAM live in a file in that directory. storage_dtype: the
-    values' dtype (float32, bfloat16 or float16); rounding_seed: bfloat16's stochastic
-    rounding of updated rows."""
-    return _ops().sok_lite_dynamic_table(
-        shared_name=shared_name,
-        dim=dim,
-        init_kind=init.kind,
-        seed=init.seed,
-        init_a=init.a,
-        init_b=init.b,
-        capacity=capacity,
-        policy=policy,
-        min_count=min_count,
-        tier_path=tier_path,
-        ram_budget=ram_budget,
-        storage_dtype=storage_dtype,
-        rounding_seed=rounding_seed,
+    """The resource handle of this rank's hash table (created on first call). init: the
+    initializer of new rows. With tier_path, rows beyond ram_budget bytes of RAM live in a file
+    in that directory. storage_dtype: the values' dtype (float32, bfloat16 or float16);
+    rounding_seed: bfloat16's stochastic rounding of updated rows."""
+    attrs = dict(locals())
+    del attrs["init"]
+    return run_op(
+        "dynamic_table", attrs, init_kind=init.kind, seed=init.seed, init_a=init.a, init_b=init.b
     )
 
 
-def lookup(handle: tf.Tensor, keys: tf.Tensor, dim: int, table_name: str = "") -> tf.Tensor:
+@op_wrapper
+def lookup(table: tf.Tensor, keys: tf.Tensor, dim: int, table_name: str = "") -> tf.Tensor:
     """Finds or creates the rows of int64 `keys`; [n, dim] float32."""
-    return _ops().sok_lite_dynamic_lookup(table=handle, keys=keys, dim=dim, table_name=table_name)
+    return run_op("dynamic_lookup", locals())
 
 
+@op_wrapper
 def lookup_combine(
-    handle: tf.Tensor,
+    table: tf.Tensor,
     ids: tf.Tensor,
     row_splits: tf.Tensor,
     weights: tf.Tensor,
@@ -76,23 +74,12 @@ def lookup_combine(
     """One rank's lookup_sparse on a hash table: finds or creates the rows of int64 `ids` and
     combines them per sample in one pass (ids not deduplicated); [batch, dim] float32.
     weights: [n] float32 or [0] (all 1)."""
-    return _ops().sok_lite_dynamic_lookup_combine(
-        table=handle,
-        ids=ids,
-        row_splits=row_splits,
-        weights=weights,
-        dim=dim,
-        combiner=combiner,
-        hotness=hotness,
-        table_name=table_name,
-    )
+    return run_op("dynamic_lookup_combine", locals())
 
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
+@op_wrapper
 def apply(
-    handle: tf.Tensor,
+    table: tf.Tensor,
     keys: tf.Tensor,
     grads: tf.Tensor,
     hyper: tf.Tensor,
@@ -103,36 +90,28 @@ def apply(
 ) -> tf.Operation:
     """One optimizer step on the stored rows of `keys` and their in-table slots; the rows count
     as changed at optimizer step `step` (incremental dumps)."""
-    return _ops().sok_lite_dynamic_apply(
-        table=handle,
-        keys=keys,
-        grads=grads,
-        hyper=hyper,
-        step=tf.cast(step, tf.int64),
-        kind=kind,
-        slot_init=slot_init,
-        table_name=table_name,
-    )
+    return run_op("dynamic_apply", locals(), step=tf.cast(step, tf.int64))
 
 
+def _since(since_step: int | None) -> tf.Tensor:
+    """The since_step input: rows changed after that optimizer step (None: every row)."""
+    return tf.constant(INT64_MIN if since_step is None else since_step, tf.int64)
+
+
+@op_wrapper
 def export(
-    handle: tf.Tensor,
+    table: tf.Tensor,
     with_slots: bool = False,
     since_step: int | None = None,
     table_name: str = "",
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """(keys, rows) of this rank; since_step: only rows changed after that optimizer step."""
-    since = INT64_MIN if since_step is None else since_step
-    return _ops().sok_lite_dynamic_export(
-        table=handle,
-        since_step=tf.constant(since, tf.int64),
-        with_slots=with_slots,
-        table_name=table_name,
-    )
+    return run_op("dynamic_export", locals(), since_step=_since(since_step))
 
 
+@op_wrapper
 def export_range(
-    handle: tf.Tensor,
+    table: tf.Tensor,
     cursor: int,
     limit: int,
     with_slots: bool = False,
@@ -141,25 +120,25 @@ def export_range(
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """(keys, rows, next_cursor): at most `limit` rows of this rank from position `cursor` (0
     first) over the RAM rows then the rows on disk; next_cursor -1 when done. CPU tables only."""
-    since = INT64_MIN if since_step is None else since_step
-    return _ops().sok_lite_dynamic_export_range(
-        table=handle,
-        since_step=tf.constant(since, tf.int64),
+    return run_op(
+        "dynamic_export_range",
+        locals(),
+        since_step=_since(since_step),
         cursor=tf.constant(cursor, tf.int64),
         limit=tf.constant(limit, tf.int64),
-        with_slots=with_slots,
-        table_name=table_name,
     )
 
 
-def memory_stats(handle: tf.Tensor) -> tf.Tensor:
+@op_wrapper
+def memory_stats(table: tf.Tensor) -> tf.Tensor:
     """int64 [9]: rows_ram, rows_disk, bytes_ram, bytes_disk, ram_budget (-1: unbounded), hits,
     misses, spills, evictions of this rank's table. CPU tables only."""
-    return _ops().sok_lite_dynamic_memory_stats(table=handle)
+    return run_op("dynamic_memory_stats", locals())
 
 
+@op_wrapper
 def assign(
-    handle: tf.Tensor,
+    table: tf.Tensor,
     keys: tf.Tensor,
     values: tf.Tensor,
     with_slots: bool = False,
@@ -170,32 +149,30 @@ def assign(
     """Stores rows; they count as changed at optimizer step `step` (default: after any step, so
     every later incremental dump includes them). slot_init: the initial values of slots that
     rows with_slots lay out in a table without slots."""
-    return _ops().sok_lite_dynamic_assign(
-        table=handle,
-        keys=keys,
-        values=values,
-        step=tf.cast(step, tf.int64),
-        with_slots=with_slots,
-        table_name=table_name,
-        slot_init=list(slot_init),
+    return run_op(
+        "dynamic_assign", locals(), step=tf.cast(step, tf.int64), slot_init=list(slot_init)
     )
 
 
-def size(handle: tf.Tensor) -> tf.Tensor:
-    return _ops().sok_lite_dynamic_size(table=handle)
+@op_wrapper
+def size(table: tf.Tensor) -> tf.Tensor:
+    return run_op("dynamic_size", locals())
 
 
-def clear(handle: tf.Tensor) -> tf.Operation:
-    return _ops().sok_lite_dynamic_clear(table=handle)
+@op_wrapper
+def clear(table: tf.Tensor) -> tf.Operation:
+    return run_op("dynamic_clear", locals())
 
 
-def swap_rows(handle: tf.Tensor, staged: tf.Tensor) -> tf.Operation:
+@op_wrapper
+def swap_rows(table: tf.Tensor, staged: tf.Tensor) -> tf.Operation:
     """Exchanges the rows of two host tables (see SokLiteDynamicSwapRows)."""
-    return _ops().sok_lite_dynamic_swap_rows(table=handle, staged=staged)
+    return run_op("dynamic_swap_rows", locals())
 
 
-def evict(handle: tf.Tensor, steps_unseen: tf.Tensor) -> tf.Tensor:
-    return _ops().sok_lite_dynamic_evict(table=handle, steps_unseen=steps_unseen)
+@op_wrapper
+def evict(table: tf.Tensor, steps_unseen: tf.Tensor) -> tf.Tensor:
+    return run_op("dynamic_evict", locals())
 
 
 for _op in (
