@@ -68,10 +68,14 @@ def make_staging(tmp: pathlib.Path) -> None:
 
 
 def remove_dump_dir(path: pathlib.Path) -> None:
-    """Removes the files a dump writes from `path`, then `path` if that left it empty."""
-    for f in path.iterdir():
-        if f.is_file() and _DUMP_FILE.fullmatch(f.name):
-            f.unlink()
+    """Removes the files a dump writes from `path`, then `path` if that left it empty.
+
+    The marker goes last: a process killed midway leaves a directory the next dump still
+    recognises as a dump's leftover (marked, or empty), never an unmarked one it must refuse.
+    """
+    files = [f for f in path.iterdir() if f.is_file() and _DUMP_FILE.fullmatch(f.name)]
+    for f in sorted(files, key=lambda f: f.name == MARKER):
+        f.unlink()
     try:
         path.rmdir()
     except OSError:
@@ -83,7 +87,10 @@ def replace(tmp: pathlib.Path, final: pathlib.Path) -> None:
     if not final.exists() or not any(final.iterdir()):
         os.rename(tmp, final)  # onto nothing, or an empty directory: atomic
     elif _exchange(tmp, final):
-        remove_dump_dir(tmp)  # now the previous checkpoint
+        # tmp now holds the previous checkpoint (maybe written before dumps were marked): mark
+        # it first, so that a kill while its files go leaves a leftover the next dump takes.
+        (tmp / MARKER).touch()
+        remove_dump_dir(tmp)
     else:
         old = final.with_name(f"{final.name}.old-{uuid.uuid4().hex[:8]}")
         os.rename(final, old)

@@ -170,3 +170,44 @@ def test_a_tiered_tables_directory_goes_at_exit(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "kept.rank0" in done.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+class Killed(BaseException):
+    """Stands for a kill -9: nothing after it runs, no handler cleans up."""
+
+
+def die_after_unlinks(monkeypatch, allowed: int) -> None:
+    """Path.unlink works `allowed` times, then the process 'dies'."""
+    unlink, calls = pathlib.Path.unlink, []
+
+    def dying_unlink(self, *args, **kwargs):
+        if len(calls) == allowed:
+            raise Killed
+        calls.append(self.name)
+        unlink(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "unlink", dying_unlink)
+
+
+@pytest.mark.parametrize("allowed", [0, 1, 2, 3])
+@pytest.mark.parametrize("previous_marked", [True, False])
+def test_a_dump_killed_while_removing_the_previous_checkpoint_leaves_a_leftover_it_takes(
+    tmp_path, tables, monkeypatch, allowed, previous_marked
+):
+    """After the exchange, <path>.tmp holds the previous checkpoint while its files go: killed
+    then, it must stay recognisable as a dump's (marked) whatever the order of the removals,
+    also when the previous checkpoint was written before dumps were marked."""
+    path = tmp_path / "ckpt"
+    sok.dump(path, *tables)
+    if not previous_marked:
+        (path / dump_target.MARKER).unlink()
+    train(*tables, 1)
+    with monkeypatch.context() as patch:
+        die_after_unlinks(patch, allowed)
+        with pytest.raises(Killed):
+            sok.dump(path, *tables)
+    fresh, fresh_opt = make_tables(1), keras.optimizers.Adam(0.05)
+    sok.load(path, fresh, fresh_opt)  # the new checkpoint is whole
+    np.testing.assert_equal(state(fresh, fresh_opt), state(*tables))
+    sok.dump(path, *tables)  # and the next dump takes the leftover
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
