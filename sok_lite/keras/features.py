@@ -231,10 +231,17 @@ class FeatureSpec:
         return config
 
     @classmethod
-    def coerce(cls, spec: "FeatureSpec | dict[str, object]") -> "FeatureSpec":
-        """A FeatureSpec from itself or from a dict of its fields."""
-        # type escape: a config dict holds each field's own type, which dict cannot state
-        return spec if isinstance(spec, cls) else cls(**spec)  # type: ignore[arg-type]
+    def coerce(cls, spec: object) -> "FeatureSpec":
+        """A FeatureSpec from itself or from a dict of its fields (a FeatureSpec checks each).
+
+        Raises:
+          ValueError: for anything else, or a dict FeatureSpec refuses.
+        """
+        if isinstance(spec, cls):
+            return spec
+        if not isinstance(spec, dict):
+            raise ValueError(f"a feature is a sok_lite.keras.FeatureSpec or a dict, got {spec!r}")
+        return cls(**spec)
 
 
 def _storage_dtype_name(storage_dtype: object, hashed: bool, label: str) -> str | None:

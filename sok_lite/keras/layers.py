@@ -36,7 +36,7 @@ from sok_lite.keras.tables import (
 )
 from sok_lite.lookup.sparse import lookup_sparse
 from sok_lite.tables import TableSpec
-from sok_lite.tables.storage import Disk
+from sok_lite.tables.storage import Disk, disk_of
 from sok_lite.tables.variable import Variable
 
 # A feature's ids or per-id weights: a tf.Tensor, tf.RaggedTensor or tf.SparseTensor (or, while
@@ -298,8 +298,7 @@ class Embedding(_TableLayer):
             min_count=min_count,
             key_dtype=key_dtype,
             storage_dtype=storage_dtype,
-            # type escape: FeatureSpec turns a storage config dict into a Disk
-            storage=storage,  # type: ignore[arg-type]
+            storage=disk_of(storage, f"feature {self.name!r}"),
         )
 
     input_dim = property(lambda self: self.feature.input_dim)

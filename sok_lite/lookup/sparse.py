@@ -37,7 +37,7 @@ def _per_table(value: _T | Sequence[_T | None] | None, n: int, what: str) -> lis
     if value is None or isinstance(value, (str, int)):
         # A str is a Sequence too, so the checker cannot tell the scalar from the list here.
         return [cast("_T", value)] * n
-    items = list(cast("Sequence[_T | None]", value))
+    items = list(cast("Sequence[_T | None]", value))  # the same: here it is the list
     if len(items) != n:
         raise ValueError(f"{what} has {len(items)} entries for {n} tables")
     return items

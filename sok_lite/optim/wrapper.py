@@ -197,5 +197,10 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
         inner = keras.saving.deserialize_keras_object(
             config.pop("inner_optimizer"), custom_objects=custom_objects
         )
-        # type escape: a Keras config is an untyped dict; what is left of it is get_config's name
-        return cls(inner, **config)  # type: ignore[arg-type]
+        name = config.pop("name", None)
+        if config or not (name is None or isinstance(name, str)):
+            raise ValueError(
+                f"OptimizerWrapper.from_config: a config of get_config's fields "
+                f"(inner_optimizer, name), got also {config} and name {name!r}"
+            )
+        return cls(inner, name=name)

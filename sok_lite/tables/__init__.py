@@ -6,20 +6,34 @@ TableSpec, here, describes one table before it exists: sok.plan_memory plans for
 feature's table is made from it, and its build() creates the table.
 """
 
+from __future__ import annotations
+
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from sok_lite.tables.storage import Disk, disk_of
+
+if TYPE_CHECKING:
+    from sok_lite.comm.shards import ReplicaShards
+    from sok_lite.tables.dynamic import DynamicTable
+    from sok_lite.tables.variable import Variable
 
 TABLE_KINDS = ("static", "hash")
 # The fields of a TableSpec that only a hash table takes: sok.DynamicVariable's settings.
 HASH_TABLE_FIELDS = ("capacity", "evict_policy", "min_count", "key_dtype", "storage")
 # The classes TableSpec.build creates instead of the tables' own, per kind: sok_lite.compat
 # registers sok.DynamicVariable (SOK's name and constructor over DynamicTable) for "hash".
-_table_classes: dict[str, type] = {}
+_table_classes: dict[str, type[DynamicTable]] = {}
 
 
-def register_table_class(kind: str, table_class: type) -> None:
+@runtime_checkable
+class DescribesTable(Protocol):
+    """What describes the table it reads (a sok_lite.keras.FeatureSpec, from a layer above)."""
+
+    def table_spec(self) -> TableSpec: ...
+
+
+def register_table_class(kind: str, table_class: type[DynamicTable]) -> None:
     """Makes TableSpec.build create `table_class` (a subclass of the tables' own class of that
     kind, from a higher layer) for tables of `kind`."""
     if kind not in TABLE_KINDS:
@@ -75,7 +89,7 @@ class TableSpec:
     capacity: int | None = None
     ram_budget: object = None
     batch_keys: int | None = None
-    initializer: Any = None
+    initializer: object = None
     evict_policy: str = "lru"
     min_count: int = 1
     key_dtype: str = "int64"
@@ -85,9 +99,8 @@ class TableSpec:
         # A config dict becomes a Disk, so that specs of one table compare equal.
         self.storage = disk_of(self.storage, f"table {self.name!r}")
 
-    # type escape: also any object with a table_spec() (a Keras FeatureSpec, from a layer above)
     @classmethod
-    def of(cls, spec: Any, name: str | None = None) -> "TableSpec":
+    def of(cls, spec: object, name: str | None = None) -> TableSpec:
         """A TableSpec from itself, from a dict of its fields, or from an object that describes
         the table it reads (a sok_lite.keras.FeatureSpec, by its `table_spec()`).
 
@@ -98,11 +111,11 @@ class TableSpec:
         Raises:
           ValueError: for anything else.
         """
-        if hasattr(spec, "table_spec"):
+        if isinstance(spec, DescribesTable):
             spec = spec.table_spec()
         elif isinstance(spec, dict):
             spec = cls(**spec)
-        elif not isinstance(spec, cls):
+        if not isinstance(spec, cls):
             raise ValueError(f"a table spec is a TableSpec or a dict, got {spec!r}")
         return spec if name is None else dataclasses.replace(spec, name=name)
 
@@ -133,8 +146,7 @@ class TableSpec:
             return self.ram_budget
         return self.storage.ram_budget
 
-    # type escape: the class registered for the kind (sok.DynamicVariable) is a layer above's
-    def build(self, trainable: bool = True) -> Any:
+    def build(self, trainable: bool = True) -> Variable | DynamicTable | ReplicaShards:
         """Creates the table: a sok.Variable of [rows, dim] for kind "static", a
         sok.DynamicVariable of width dim for kind "hash" (rows, ram_budget and batch_keys
         only plan it; storage gives it its disk tier).
@@ -158,19 +170,33 @@ class TableSpec:
         from sok_lite.tables.dynamic import DynamicTable
         from sok_lite.tables.variable import Variable
 
-        own = {"static": Variable, "hash": DynamicTable}
-        if self.kind not in own:
+        if self.kind not in TABLE_KINDS:
             raise ValueError(f"table {self.name!r}: kind must be one of {TABLE_KINDS}")
-        table_class = _table_classes.get(self.kind, own[self.kind])
         initializer = self.initializer
         if isinstance(initializer, dict) or (isinstance(initializer, str) and not self.hashed):
             # A hash table reads SOK's strings ("random", "13") too: it gets names as they are.
             initializer = keras.initializers.get(initializer)
-        common = dict(dtype=self.dtype or "float32", mode=self.mode, name=self.name)
+        dtype = self.dtype or "float32"
         if self.kind == "static":
-            shape = [self.rows, self.dim]
-            return table_class(shape=shape, initializer=initializer, trainable=trainable, **common)
-        settings = {field: getattr(self, field) for field in HASH_TABLE_FIELDS}
-        return table_class(
-            self.dim, initializer=initializer, trainable=trainable, **common, **settings
+            return Variable(
+                shape=[self.rows, self.dim],
+                initializer=initializer,
+                trainable=trainable,
+                dtype=dtype,
+                mode=self.mode,
+                name=self.name,
+            )
+        hash_table_class = _table_classes.get("hash", DynamicTable)
+        return hash_table_class(
+            self.dim,
+            initializer=initializer,
+            trainable=trainable,
+            dtype=dtype,
+            mode=self.mode,
+            name=self.name,
+            capacity=self.capacity,
+            evict_policy=self.evict_policy,
+            min_count=self.min_count,
+            key_dtype=self.key_dtype,
+            storage=self.storage,
         )

@@ -17,7 +17,7 @@ import os
 import re
 import tempfile
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -89,9 +89,9 @@ class Disk:
         object.__setattr__(self, "ram_budget", budget)
 
 
-# type escape: a config dict's fields are checked by Disk itself
-def disk_of(storage: Disk | dict[str, Any] | None, label: str) -> Disk | None:
-    """A Disk from a Disk or a dict of its fields (as a saved config holds it); None stays None.
+def disk_of(storage: object, label: str) -> Disk | None:
+    """A Disk from a Disk or a dict of its fields (as a saved config holds it, {"path": ...,
+    "ram_budget": ...}); None stays None.
 
     Raises:
       ValueError: starting with `label`, for anything else or a dict a Disk refuses.
