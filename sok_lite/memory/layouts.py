@@ -35,11 +35,12 @@ DTypeLike: TypeAlias = tf.DType | str
 # kernels/core/hash_table.h
 HASH_CHUNK_ROWS = 1024
 HASH_ROW_META_BYTES = 32
+# kernels/core/open_index.h: the key index of a hash table (16-byte entries, 16 at the least)
+# and of its disk tier; an insert grows it when it would pass 3/4 full.
 HASH_INDEX_SLOT_BYTES = 16
 HASH_MIN_INDEX_SLOTS = 16
-# kernels/core/hash_table.cc: an insert grows the index when it would pass 3/4 full.
 HASH_MAX_LOAD = (3, 4)
-# kernels/core/row_tier_file.*: a record on disk is the bookkeeping and a checksum, then the
+# kernels/core/hash_table_tier_file.*: a record on disk is the bookkeeping and a checksum, then the
 # row's floats, padded to 8 bytes; files are cut into segments of ~1 MiB, at most 8,192 records.
 TIER_HEADER_BYTES = HASH_ROW_META_BYTES + 8
 TIER_INDEX_ENTRY_BYTES = 12

@@ -30,7 +30,7 @@ def sparse_apply(
       indices: int64 [n] local rows (repeats are summed).
       grads: [n, dim] gradient rows: the variable's dtype, or float32 for a bfloat16 / float16
         variable (updated in float32, then rounded back).
-      hyper: float64 [learning_rate, weight_decay, parameters...] (kernels/core/optimizers.h).
+      hyper: float64 [learning_rate, weight_decay, parameters...] (kernels/core/optimizer.h).
       kind: sgd | momentum | nesterov | adam | amsgrad | adagrad | rmsprop | ftrl | adamax |
         adadelta.
       step: int64 scalar, the optimizer step; with rounding_seed, it draws a bfloat16

@@ -16,7 +16,7 @@ from sok_lite.tables.table_kind import HyperParameters, Optimizer
 class Rule:
     """One optimizer's row-wise update (the RowRule that tables apply)."""
 
-    kind: str  # the kernel (kernels/core/optimizers.h)
+    kind: str  # the kernel (kernels/core/optimizer.h)
     slots: tuple[tuple[str, float], ...]  # (slot name, initial value), in kernel order
     params: HyperParameters  # optimizer -> the kernel parameters after lr and decay
     # The optimizer's own per-variable state, slot for slot: what it updates when it applies a

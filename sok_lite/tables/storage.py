@@ -137,7 +137,7 @@ def table_dir(storage: Disk, table_name: str, rank: int) -> str:
     return directory
 
 
-# The files a disk tier writes in its directory (kernels/core/row_tier_file.cc, and
+# The files a disk tier writes in its directory (kernels/core/hash_table_tier_file.cc, and
 # hash_table_swap.cc's name for a file being swapped).
 TIER_FILES = ("rows.bin", "rows.bin.swap", "rows.bin.widen")
 _exiting = False

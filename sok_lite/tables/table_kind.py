@@ -57,7 +57,7 @@ class RowRule(Protocol):
 
     @property
     def kind(self) -> str:
-        """The row-wise kernel (kernels/core/optimizers.h)."""
+        """The row-wise kernel (kernels/core/optimizer.h)."""
 
     @property
     def slots(self) -> tuple[tuple[str, float], ...]:
@@ -261,7 +261,7 @@ class OptimizerState(abc.ABC):
     @property
     @abc.abstractmethod
     def kernel(self) -> str:
-        """The row-wise kernel that applies a step (kernels/core/optimizers.h)."""
+        """The row-wise kernel that applies a step (kernels/core/optimizer.h)."""
 
     @property
     @abc.abstractmethod

@@ -160,7 +160,7 @@ def apply_rows(kind, lr, wd, p, rows, grads, var, slots):
         slot[rows] = value
 
 
-# --- ids, owners, initial rows (kernels/core/unique.cc, exchange.*, row_init.cc) ---------------
+# --- ids, owners, initial rows (kernels/core/lookup_unique.cc, exchange.*, row_init.cc) -----------
 
 U64 = np.uint64
 

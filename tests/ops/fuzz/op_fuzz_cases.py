@@ -22,7 +22,7 @@ HUGE_SIZES = [-1, -7, 2**40, 2**62, INT64_MAX, INT64_MIN]
 FLOAT_EDGES = [float("nan"), float("inf"), float("-inf"), -0.0, 3.4e38, 1e-30]
 OPTIMIZER_KINDS = ["sgd", "momentum", "nesterov", "adam", "amsgrad", "adagrad", "rmsprop", "ftrl"]
 OPTIMIZER_KINDS += ["adamax", "adadelta"]
-# Optimizer parameters after [learning_rate, weight_decay] (kernels/core/optimizers.h).
+# Optimizer parameters after [learning_rate, weight_decay] (kernels/core/optimizer.h).
 NUM_PARAMS = {"sgd": 0, "momentum": 1, "nesterov": 1, "adagrad": 2, "adam": 4, "amsgrad": 4}
 NUM_PARAMS |= {"rmsprop": 5, "ftrl": 5, "adamax": 4, "adadelta": 2}
 
@@ -180,7 +180,7 @@ def hyper_vector(draw, kind: str) -> np.ndarray:
 
 
 def num_slots_for(kind: str, hyper: np.ndarray) -> int:
-    """The slot count the kernel requires (NumSlots in kernels/core/optimizers.cc)."""
+    """The slot count the kernel requires (NumSlots in kernels/core/optimizer.cc)."""
     p = hyper.ravel()[2:].tolist()
     if kind == "rmsprop":
         return 1 + (len(p) > 1 and p[1] > 0) + (len(p) > 3 and p[3] != 0)
