@@ -8,21 +8,26 @@ sok.all2all_dense_embedding and sok.SGD. docs/migration_from_sok.md says how eac
 
 import datetime
 import re
+from collections.abc import Iterable
+from typing import NoReturn, TypeAlias, TypeVar
 
 import keras
+import numpy as np
+import numpy.typing as npt
 import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite.comm import communication
 from sok_lite.comm.shards import local_shard
 from sok_lite.compat.sok2_variables import DistributedVariable, LocalizedVariable
-from sok_lite.lookup.sparse import lookup_sparse
+from sok_lite.lookup.sparse import Table, lookup_sparse
 from sok_lite.optim.optimizer import OptimizerWrapper
+from sok_lite.optim.row_wise import GradAndVar
 from sok_lite.tables.dynamic import DynamicTable
 from sok_lite.tables.table_kind import TableKind
 
 
-class _VersionList(list):
+class _VersionList(list[int]):
     """The running TensorFlow's version as a list of ints, as SOK's `sok.tf_version`:
     [2, 21, 0] for TensorFlow 2.21.0 (a suffix such as "rc1" is dropped)."""
 
@@ -41,19 +46,19 @@ class _RawOps:
     on first use (importing sok_lite does not). The ops are sok_lite's own (named
     `sok_lite_*`), not SOK's; most code needs only the public functions."""
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> object:
         if name.startswith("__"):  # introspection must not load the library
             raise AttributeError(name)
         from sok_lite import _loader
 
         return getattr(_loader.ops(), name)
 
-    def __dir__(self):
+    def __dir__(self) -> list[str]:
         from sok_lite import _loader
 
         return dir(_loader.ops())
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<sok_lite op library (sok.raw_ops)>"
 
 
@@ -79,13 +84,20 @@ def set_comm_tool(tool: str) -> None:
 # --- assign / export / incremental_model_dump ------------------------------------------------
 
 
-def _as_list(value) -> tuple[list, bool]:
+_T = TypeVar("_T")
+# One value or a list (or tuple) of them, as SOK's functions take tables, keys and steps.
+_OneOrList: TypeAlias = _T | list[_T] | tuple[_T, ...]
+# (keys [n], values [n, dim]) of one table.
+_Rows: TypeAlias = tuple[tf.Tensor, tf.Tensor]
+
+
+def _as_list(value: _OneOrList[_T]) -> tuple[list[_T], bool]:
     if isinstance(value, (list, tuple)):
         return list(value), True
     return [value], False
 
 
-def _export_one(var):
+def _export_one(var: Table) -> _Rows:
     table = local_shard(var)
     if isinstance(table, TableKind):
         return table.export_rows()
@@ -94,7 +106,7 @@ def _export_one(var):
     )
 
 
-def export(var):
+def export(var: _OneOrList[Table]) -> _Rows | list[_Rows]:
     """This rank's keys and rows of a table (or of each table of a list), as SOK's `sok.export`.
 
     Args:
@@ -118,7 +130,7 @@ def export(var):
     return pairs if is_list else pairs[0]
 
 
-def _assign_one(var, keys, values):
+def _assign_one(var: Table, keys: tf.Tensor, values: tf.Tensor) -> Table:
     table = local_shard(var)
     if not isinstance(table, TableKind):
         raise TypeError(
@@ -128,7 +140,11 @@ def _assign_one(var, keys, values):
     return var
 
 
-def assign(var, indices, values):
+def assign(
+    var: _OneOrList[Table],
+    indices: _OneOrList[tf.Tensor],
+    values: _OneOrList[tf.Tensor],
+) -> _OneOrList[Table]:
     """Stores rows into a table (or into each table of a list), as SOK's `sok.assign`.
 
     Each rank stores the rows it holds: what sok.export returned there. For a sok.Variable the
@@ -168,7 +184,9 @@ def assign(var, indices, values):
     return var
 
 
-def incremental_model_dump(sok_vars, time_threshold, sess=None):
+def incremental_model_dump(
+    sok_vars: _OneOrList[Table], time_threshold: _OneOrList[int], sess: object = None
+) -> tuple[list[npt.NDArray[np.generic]], list[npt.NDArray[np.generic]]]:
     """The keys and rows changed since an optimizer step, gathered from every rank, as SOK's
     `sok.incremental_model_dump`.
 
@@ -208,7 +226,8 @@ def incremental_model_dump(sok_vars, time_threshold, sess=None):
                 "the optimizer's iterations at the point to dump from (int(optimizer.iterations))"
             )
     communicator = comm.current()
-    keys_out, values_out = [], []
+    keys_out: list[npt.NDArray[np.generic]] = []
+    values_out: list[npt.NDArray[np.generic]] = []
     for i, (table, step) in enumerate(zip(tables, steps)):
         shard = local_shard(table)
         if not isinstance(shard, DynamicTable):
@@ -223,7 +242,7 @@ def incremental_model_dump(sok_vars, time_threshold, sess=None):
     return keys_out, values_out
 
 
-def sparse_read_and_evict(var, indices, name=None):
+def sparse_read_and_evict(var: Table, indices: tf.Tensor, name: str | None = None) -> NoReturn:
     """SOK's read of HierarchicalKV ("hybrid") tables that also returns the rows evicted to
     make room. Not supported: sok_lite's tables do not hand evicted rows back.
 
@@ -242,7 +261,7 @@ def sparse_read_and_evict(var, indices, name=None):
     )
 
 
-def all2all_dense_embedding(param, indices):
+def all2all_dense_embedding(param: Table, indices: tf.Tensor) -> tf.Tensor:
     """The rows of `param` for every id of `indices`, fetched from the ranks that hold them,
     as SOK's `sok.all2all_dense_embedding`.
 
@@ -291,7 +310,7 @@ class SGD:
     [[1.0, 1.0], [0.5, 0.5], [1.0, 1.0]]
     """
 
-    def __init__(self, lr):
+    def __init__(self, lr: float) -> None:
         self._lr = tf.Variable(lr, dtype=tf.float32, trainable=False, name="learning_rate")
         self._optimizer = OptimizerWrapper(keras.optimizers.SGD(learning_rate=lambda: self._lr))
 
@@ -301,11 +320,16 @@ class SGD:
         return self._lr
 
     @property
-    def iterations(self):
+    def iterations(self) -> tf.Variable:
         """The number of apply_gradients calls so far."""
         return self._optimizer.iterations
 
-    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    def apply_gradients(
+        self,
+        grads_and_vars: Iterable[GradAndVar],
+        global_step: object = None,
+        name: str | None = None,
+    ) -> tf.Operation | None:
         """Applies one step: var -= lr * grad for every (grad, var) pair with a gradient.
 
         global_step and name are SOK's TF1 arguments and are ignored.

@@ -2,34 +2,53 @@
 tables (constructors that return a sok_lite table; isinstance checks a table's placement)."""
 
 import inspect
+from collections.abc import Callable
+from typing import ClassVar, Protocol
 
 import numpy as np
 import tensorflow as tf
 
 from sok_lite import comm
+from sok_lite.comm.base import Communicator
 from sok_lite.comm.shards import ReplicaShards
-from sok_lite.tables.variable import Variable
+from sok_lite.tables.variable import ShapeLike, Variable
 
 
-def _table_of(obj):
+def _table_of(obj: object) -> Variable | None:
     """The sok_lite.Variable behind obj (a ReplicaShards stands for its shards), or None."""
     if isinstance(obj, ReplicaShards):
         obj = obj.shards[0]
     return obj if isinstance(obj, Variable) else None
 
 
+class _SokVariableClass(Protocol):
+    """What _TableKind asks of a class it makes, besides an __init__ with SOK's signature: the
+    table mode that the class's own argument and global_gpu_id give (each checked against the
+    job), and the test of a table's mode."""
+
+    # The argument the class adds after _SOK_ARGS (its __init__ is _sok_init(_OWN_ARG)).
+    _OWN_ARG: ClassVar[str]
+
+    @staticmethod
+    def _mode(own: int | None, global_gpu_id: object, /) -> str: ...
+
+    @staticmethod
+    def _is_mode(mode: str) -> bool: ...
+
+
 class _TableKind(type):
     """Makes a SOK variable class build a sok_lite.Variable with SOK's signature (that of the
     class's __init__), and `isinstance` recognise a sok_lite.Variable of the class's mode."""
 
-    def __call__(cls, *args, **kwargs):
+    def __call__(cls: type[_SokVariableClass], *args: object, **kwargs: object) -> Variable:
         bound = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
         bound.apply_defaults()
         arguments = dict(bound.arguments)
         del arguments["self"]
-        return cls._create(**arguments)
+        mode = cls._mode(arguments.pop(cls._OWN_ARG), arguments.pop("global_gpu_id"))
+        return _make_variable(mode, **arguments)
 
-    def __instancecheck__(cls, obj):
+    def __instancecheck__(cls: type[_SokVariableClass], obj: object) -> bool:
         table = _table_of(obj)
         return table is not None and cls._is_mode(table.mode)
 
@@ -69,7 +88,16 @@ _TAKEN = (
 _UNSUPPORTED = tuple(arg for arg in _SOK_ARGS if arg not in _TAKEN)
 
 
-def _make_variable(mode, initial_value, trainable, name, dtype, shape, initializer, others):
+def _make_variable(
+    mode: str,
+    initial_value: object,
+    trainable: bool | None,
+    name: str | None,
+    dtype: tf.DType | str | None,
+    shape: ShapeLike | None,
+    initializer: object,
+    **others: object,
+) -> Variable:
     for arg in _UNSUPPORTED:
         if others.get(arg) is not None:
             raise ValueError(
@@ -78,7 +106,10 @@ def _make_variable(mode, initial_value, trainable, name, dtype, shape, initializ
             )
     if initial_value is not None:
         if not callable(initial_value):
-            value = initial_value if tf.is_tensor(initial_value) else np.asarray(initial_value)
+            # A tensor or an array (tf.Tensor is untyped: both read as one).
+            value: tf.Tensor = (
+                initial_value if tf.is_tensor(initial_value) else np.asarray(initial_value)
+            )
             if dtype is None and tf.as_dtype(value.dtype) == tf.float64:
                 dtype = tf.float64
             if len(value.shape) == 1:  # SOK takes a [dim] value as one row
@@ -96,11 +127,11 @@ def _make_variable(mode, initial_value, trainable, name, dtype, shape, initializ
     )
 
 
-def _sok_init(last: str):
+def _sok_init(last: str) -> Callable[..., None]:
     """An __init__ that carries SOK's signature, _SOK_ARGS then `last`, for the metaclass to
     bind the arguments of a call with (it builds the table itself)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self: object, *args: object, **kwargs: object) -> None:
         raise AssertionError("built by the metaclass")  # pragma: no cover
 
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
@@ -108,17 +139,17 @@ def _sok_init(last: str):
     for name in (*_SOK_ARGS, last):
         default = True if name == "validate_shape" else None
         params.append(inspect.Parameter(name, kind, default=default))
-    # inspect reads a function's __signature__, which the checker's function type lacks.
-    __init__.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    # inspect reads a function's __signature__: an attribute, kept in the function's __dict__.
+    __init__.__dict__["__signature__"] = inspect.Signature(params)
     return __init__
 
 
-def _check_rank(what: str, given, actual: int) -> None:
+def _check_rank(what: str, given: object, actual: int) -> None:
     if given is not None and given != actual:
         raise ValueError(f"{what}={given} but this job's is {actual}")
 
 
-def _check_gpu_id(given, communicator) -> None:
+def _check_gpu_id(given: object, communicator: Communicator) -> None:
     # Several replicas in this process build one shard each: the id names none of them.
     if communicator.shards_per_table == 1:
         _check_rank("global_gpu_id", given, communicator.rank)
@@ -155,20 +186,19 @@ class DistributedVariable(metaclass=_TableKind):
     (True, True, 'distributed')
     """
 
-    __init__ = _sok_init("num_gpus")
+    _OWN_ARG = "num_gpus"
+    __init__ = _sok_init(_OWN_ARG)
 
     @staticmethod
     def _is_mode(mode: str) -> bool:
         return mode == "distributed"
 
     @staticmethod
-    def _create(initial_value, trainable, name, dtype, shape, initializer, **rest):
+    def _mode(num_gpus: int | None, global_gpu_id: object) -> str:
         communicator = comm.current()
-        _check_rank("num_gpus", rest.pop("num_gpus"), communicator.num_ranks)
-        _check_gpu_id(rest.pop("global_gpu_id"), communicator)
-        return _make_variable(
-            "distributed", initial_value, trainable, name, dtype, shape, initializer, rest
-        )
+        _check_rank("num_gpus", num_gpus, communicator.num_ranks)
+        _check_gpu_id(global_gpu_id, communicator)
+        return "distributed"
 
 
 class LocalizedVariable(metaclass=_TableKind):
@@ -199,25 +229,16 @@ class LocalizedVariable(metaclass=_TableKind):
     (True, 'localized:0', [4, 3])
     """
 
-    __init__ = _sok_init("target_gpu")
+    _OWN_ARG = "target_gpu"
+    __init__ = _sok_init(_OWN_ARG)
 
     @staticmethod
     def _is_mode(mode: str) -> bool:
         return mode.startswith("localized")
 
     @staticmethod
-    def _create(initial_value, trainable, name, dtype, shape, initializer, **rest):
-        target = rest.pop("target_gpu")
-        if target is None:
+    def _mode(target_gpu: int | None, global_gpu_id: object) -> str:
+        if target_gpu is None:
             raise TypeError("LocalizedVariable needs target_gpu=, the rank that holds the table")
-        _check_gpu_id(rest.pop("global_gpu_id"), comm.current())
-        return _make_variable(
-            f"localized:{int(target)}",
-            initial_value,
-            trainable,
-            name,
-            dtype,
-            shape,
-            initializer,
-            rest,
-        )
+        _check_gpu_id(global_gpu_id, comm.current())
+        return f"localized:{int(target_gpu)}"

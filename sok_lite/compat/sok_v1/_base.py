@@ -1,16 +1,19 @@
 """What SOK's first-API layers share: one distributed table of per-rank vocabulary x ranks."""
 
 import keras
+import tensorflow as tf
 
 from sok_lite import comm
-from sok_lite.keras.features import FeatureSpec, serialize_initializer
+from sok_lite.compat.sok2_dynamic import DynamicVariable
+from sok_lite.keras.features import FeatureSpec, InitializerLike, serialize_initializer
 from sok_lite.keras.layers import _TableLayer
+from sok_lite.tables.variable import Variable
 
 # SOK's tables start uniform in [-0.05, 0.05], which is Keras' "random_uniform".
 DEFAULT_INITIALIZER = "random_uniform"
 
 
-def _positive(name: str, value) -> int:
+def _positive(name: str, value: object) -> int:
     if not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return value
@@ -32,10 +35,10 @@ class SokTableLayer(_TableLayer):
         embedding_vec_size: int,
         *,
         use_hashtable: bool = True,
-        key_dtype=None,
-        embedding_initializer=None,
-        **kwargs,
-    ):
+        key_dtype: tf.DType | str | None = None,
+        embedding_initializer: InitializerLike | None = None,
+        **kwargs: object,
+    ) -> None:
         super().__init__(**kwargs)
         self.max_vocabulary_size_per_gpu = _positive(
             "max_vocabulary_size_per_gpu", max_vocabulary_size_per_gpu
@@ -62,12 +65,12 @@ class SokTableLayer(_TableLayer):
         self.var = self._create_table(feature.table_spec(), "embedding_variable")
 
     @property
-    def embedding_variable(self):
+    def embedding_variable(self) -> Variable | DynamicVariable:
         """The sok_lite.Variable behind the layer (this rank's rows), once built."""
         return self.var
 
-    def get_config(self) -> dict:
-        config = super().get_config()
+    def get_config(self) -> dict[str, object]:
+        config: dict[str, object] = super().get_config()
         config.update(
             max_vocabulary_size_per_gpu=self.max_vocabulary_size_per_gpu,
             embedding_vec_size=self.embedding_vec_size,

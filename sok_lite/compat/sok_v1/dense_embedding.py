@@ -4,6 +4,8 @@ import keras
 import tensorflow as tf
 
 from sok_lite.compat.sok_v1._base import SokTableLayer, _positive
+from sok_lite.keras.features import InitializerLike
+from sok_lite.keras.layers import Ids
 
 
 @keras.saving.register_keras_serializable(package="sok_lite")
@@ -57,10 +59,10 @@ class All2AllDenseEmbedding(SokTableLayer):
         nnz_per_slot: int,
         dynamic_input: bool = False,
         use_hashtable: bool = True,
-        key_dtype=None,
-        embedding_initializer=None,
-        **kwargs,
-    ):
+        key_dtype: tf.DType | str | None = None,
+        embedding_initializer: InitializerLike | None = None,
+        **kwargs: object,
+    ) -> None:
         super().__init__(
             max_vocabulary_size_per_gpu,
             embedding_vec_size,
@@ -73,10 +75,10 @@ class All2AllDenseEmbedding(SokTableLayer):
         self.nnz_per_slot = _positive("nnz_per_slot", nnz_per_slot)
         self.dynamic_input = bool(dynamic_input)
 
-    def build(self, input_shape=None):
+    def build(self, input_shape: object = None) -> None:
         self._build_table(self._make_feature("sum", hotness=1))
 
-    def call(self, inputs, training=True):
+    def call(self, inputs: Ids, training: bool | None = True) -> tf.Tensor:
         ids = tf.convert_to_tensor(inputs)
         # One id per sample: a "sum" over one id is the id's own row.
         flat = tf.reshape(ids, [-1, 1])
@@ -87,7 +89,9 @@ class All2AllDenseEmbedding(SokTableLayer):
             shape = [-1, self.slot_num, self.nnz_per_slot, self.embedding_vec_size]
         return tf.reshape(vectors, shape)
 
-    def compute_output_spec(self, inputs, training=True):
+    def compute_output_spec(
+        self, inputs: keras.KerasTensor, training: bool | None = True
+    ) -> keras.KerasTensor:
         if self.dynamic_input:
             shape = tuple(inputs.shape) + (self.embedding_vec_size,)
         else:

@@ -5,7 +5,7 @@ from sok_lite import comm
 _global_batch_size: int | None = None
 
 
-def Init(**kwargs) -> str:  # noqa: N802 -- SOK's name
+def Init(**kwargs: object) -> str:  # noqa: N802 -- SOK's name
     """Chooses the communicator and records the global batch size, as SOK's `sok.Init` does.
 
     Call it after `hvd.init()` (when running under Horovod) and before creating any embedding

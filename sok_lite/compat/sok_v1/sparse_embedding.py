@@ -4,6 +4,8 @@ import keras
 import tensorflow as tf
 
 from sok_lite.compat.sok_v1._base import SokTableLayer, _positive
+from sok_lite.keras.features import InitializerLike
+from sok_lite.keras.layers import Ids
 
 _COMBINERS = ("sum", "mean")
 
@@ -63,10 +65,10 @@ class DistributedEmbedding(SokTableLayer):
         max_nnz: int,
         max_feature_num: int = 1,
         use_hashtable: bool = True,
-        key_dtype=None,
-        embedding_initializer=None,
-        **kwargs,
-    ):
+        key_dtype: tf.DType | str | None = None,
+        embedding_initializer: InitializerLike | None = None,
+        **kwargs: object,
+    ) -> None:
         super().__init__(
             max_vocabulary_size_per_gpu,
             embedding_vec_size,
@@ -82,10 +84,10 @@ class DistributedEmbedding(SokTableLayer):
         self.max_nnz = _positive("max_nnz", max_nnz)
         self.max_feature_num = max_feature_num
 
-    def build(self, input_shape=None):
+    def build(self, input_shape: object = None) -> None:
         self._build_table(self._make_feature(self.combiner, hotness=self.max_nnz))
 
-    def call(self, inputs, training=True):
+    def call(self, inputs: Ids, training: bool | None = True) -> tf.Tensor:
         if not isinstance(inputs, (tf.SparseTensor, tf.RaggedTensor)):
             raise ValueError(
                 f"layer {self.name!r}: inputs must be a tf.SparseTensor [batch * slot_num, "
@@ -101,7 +103,9 @@ class DistributedEmbedding(SokTableLayer):
             vectors = self._lookup([self.var], [self.feature], [inputs])[0]
         return tf.reshape(vectors, [-1, self.slot_num, self.embedding_vec_size])
 
-    def compute_output_spec(self, inputs, training=True):
+    def compute_output_spec(
+        self, inputs: keras.KerasTensor, training: bool | None = True
+    ) -> keras.KerasTensor:
         rows = inputs.shape[0]
         batch = None if rows is None else rows // self.slot_num
         return keras.KerasTensor(
