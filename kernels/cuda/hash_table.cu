@@ -1,4 +1,4 @@
-// The dynamic table on the GPU (SokLiteCudaTable in sok_lite_cuda.h). Open addressing with linear
+// The hash table on the GPU (SokLiteCudaTable in sok_lite_cuda.h). Open addressing with linear
 // probing over a power-of-two slot array hashed by SplitMix64Finalizer; occupancy lives in `state`
 // (empty -> being written -> present), so every int64 value is a key. A key is inserted by the
 // thread that moves its first free probe slot from empty to "being written" with a CAS; it writes

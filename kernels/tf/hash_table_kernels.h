@@ -113,7 +113,7 @@ class DynamicTableOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &name_));
     OP_REQUIRES_OK(ctx, ReadTableConfig(ctx, &config_));
     if (!DynamicTableTraits<Device>::kPolicies) {
-      const std::string label = "dynamic table '" + name_ + "'";
+      const std::string label = "hash table '" + name_ + "'";
       OP_REQUIRES(ctx, config_.capacity <= 0,
                   errors::InvalidArgument(label, ": capacity ", config_.capacity,
                                           " eviction is CPU-only; create this table on the CPU"));
@@ -136,7 +136,7 @@ class DynamicTableOp : public tensorflow::OpKernel {
     Table* table = nullptr;
     OP_REQUIRES_OK(ctx, rm->LookupOrCreate<Table>(container, name_, &table, [&](Table** t) {
       return NamedError(DynamicCreateFunctor<Device>::Compute(ctx, config_, t),
-                        "dynamic table '" + name_ + "'");
+                        "hash table '" + name_ + "'");
     }));
     table->Unref();
     tensorflow::Tensor* handle = nullptr;

@@ -20,10 +20,10 @@ inline std::string TableLabel(const std::vector<std::string>& labels, int t) {
 }
 
 // How the hash-table kernels name a table: the label the caller passed in table_name
-// ("table 0 ('clicks')" from lookup_sparse, "dynamic table 'clicks'" from the optimizer), else
-// "dynamic table".
+// ("table 0 ('clicks')" from lookup_sparse, "hash table 'clicks'" from the optimizer), else
+// "hash table".
 inline std::string DynamicTableLabel(const std::string& label) {
-  return label.empty() ? "dynamic table" : label;
+  return label.empty() ? "hash table" : label;
 }
 
 // Checks, under the variable's lock, that it holds an initialized 2-D tensor of type T.

@@ -25,7 +25,7 @@ int64_t MaxSize(int64_t capacity) { return capacity - capacity / 4; }
 absl::Status DynamicTableGpuResource::Allocate(OpKernelContext* ctx, int64_t capacity,
                                                Storage* out) const {
   if (capacity > (int64_t{1} << 40) || capacity > (int64_t{1} << 60) / dim_) {
-    return errors::ResourceExhausted("dynamic table of ", capacity, " rows of width ", dim_,
+    return errors::ResourceExhausted("hash table of ", capacity, " rows of width ", dim_,
                                      " is too large");
   }
   SokLiteCudaTable& v = out->view;
@@ -88,7 +88,7 @@ absl::Status DynamicTableGpuResource::FindOrInsert(OpKernelContext* ctx, const i
     TF_RETURN_IF_ERROR(CopyToHostAndWait(ctx, counts, 2, &host));
     if (host[0] == 0) return absl::OkStatus();
     if (attempt > 0) {
-      return errors::Internal("dynamic table: ", host[0], " keys found no room after growth");
+      return errors::Internal("hash table: ", host[0], " keys found no room after growth");
     }
     // Failures count positions, so a key repeated in `keys` may be counted more than once:
     // the growth may overshoot, never fall short.
@@ -101,7 +101,7 @@ absl::Status DynamicTableGpuResource::AddSlots(OpKernelContext* ctx,
   SokLiteCudaTable& v = storage_.view;
   const int total = v.num_slots + static_cast<int>(initial_values.size());
   if (total > kMaxDeviceSlots) {
-    return errors::InvalidArgument("dynamic table: ", total, " optimizer slots; a GPU table holds ",
+    return errors::InvalidArgument("hash table: ", total, " optimizer slots; a GPU table holds ",
                                    "at most ", kMaxDeviceSlots);
   }
   for (float value : initial_values) {

@@ -276,7 +276,7 @@ class DynamicTable(PlacedTable, DynamicRows, BaseResourceVariable, TableKind):
                     self.handle,
                     tf.cast(flat, tf.int64),
                     self._dimension,
-                    f"dynamic table '{self._label}'",
+                    f"hash table '{self._label}'",
                 )
             else:
                 if _multi_rank_read is None:

@@ -63,7 +63,7 @@ class DynamicRows:
         the value then each optimizer slot; since_step: only rows an optimizer step (or an
         assign) changed after that step."""
         keys, values = hash_table_ops.export(
-            self.handle, with_slots, since_step, f"dynamic table '{self._label}'"
+            self.handle, with_slots, since_step, f"hash table '{self._label}'"
         )
         return tf.cast(keys, self._key_dtype), values
 
@@ -103,7 +103,7 @@ class DynamicRows:
             values,
             with_slots,
             step,
-            f"dynamic table '{self._label}'",
+            f"hash table '{self._label}'",
         )
 
     def evict(self, steps_unseen: int) -> tf.Tensor:
@@ -146,7 +146,7 @@ class DynamicRows:
                 self,
                 self._new_staging_table,
                 lambda handle: hash_table_ops.assign(
-                    handle, keys, rows, with_slots=True, table_name=f"dynamic table '{self._label}'"
+                    handle, keys, rows, with_slots=True, table_name=f"hash table '{self._label}'"
                 ),
             )
             try:
@@ -249,7 +249,7 @@ class DynamicRows:
         state = optimizer_state(optimizer, rule)
         if state is None:
             raise ValueError(f"'{self._label}': a row-wise update needs an optimizer")
-        label = f"dynamic table '{self._label}'"
+        label = f"hash table '{self._label}'"
         hash_table_ops.apply(
             self.handle,
             grad.indices,
@@ -286,7 +286,7 @@ class DynamicRows:
     ) -> Iterator[tuple[IdArray, RowArray]]:
         """(keys, rows) NumPy pieces of at most chunk_rows rows over both tiers; at least one
         (maybe empty). A host table is read a piece at a time: a dump never holds it whole."""
-        label = f"dynamic table '{self._label}'"
+        label = f"hash table '{self._label}'"
         if not self._on_host():
             keys, rows = hash_table_ops.export(self.handle, with_slots, since_step, label)
             keys, rows = keys.numpy(), rows.numpy()
@@ -318,7 +318,7 @@ class DynamicRows:
         with_slots = bool(fills)
         width = self._dimension * (1 + len(fills))
         step = -1 if step is None else step
-        label = f"dynamic table '{self._label}'"
+        label = f"hash table '{self._label}'"
         # One empty assign first: it lays the slots out even when there are no rows.
         pieces = itertools.chain([(np.zeros([0], np.int64), np.zeros([0, width]))], pieces)
 
@@ -344,7 +344,7 @@ class DynamicRows:
         held = int(hash_table_ops.size(handle))
         if per_rank and held > per_rank:
             raise ValueError(
-                f"dynamic table '{self._label}': the rows loaded for rank "
+                f"hash table '{self._label}': the rows loaded for rank "
                 f"{comm.current().rank} are {held}, more than its capacity of {per_rank} "
                 f"(capacity={self._capacity} over all ranks): create the table with a larger "
                 "capacity (or none) to load them"

@@ -274,14 +274,14 @@ def test_min_count_with_tier(lib, tmp_path):
 
 def test_batch_larger_than_budget(lib, tmp_path):
     tier = Table(lib, 8 << 10, tmp_path / "t")
-    with pytest.raises(RuntimeError, match=r"dynamic table 't': ram_budget 8192 bytes holds \d+ "):
+    with pytest.raises(RuntimeError, match=r"hash table 't': ram_budget 8192 bytes holds \d+ "):
         tier.lookup(np.arange(1000))
     tier.lookup(np.arange(20))  # the table still works
 
 
 def test_unwritable_directory(lib, tmp_path):
     (tmp_path / "file").write_text("x")
-    with pytest.raises(RuntimeError, match="dynamic table 't': disk tier: .*not a directory"):
+    with pytest.raises(RuntimeError, match="hash table 't': disk tier: .*not a directory"):
         Table(lib, BUDGET, tmp_path / "file" / "sub")
 
 
@@ -294,7 +294,7 @@ def test_corrupted_file_is_an_error(lib, tmp_path):
     for off in range(100, len(data), 997):
         data[off] ^= 0x5A
     path.write_bytes(bytes(data))
-    with pytest.raises(RuntimeError, match="dynamic table 't': disk tier file .* is corrupted"):
+    with pytest.raises(RuntimeError, match="hash table 't': disk tier file .* is corrupted"):
         tier.export()
     with pytest.raises(RuntimeError, match="corrupted"):
         for step in range(40):  # some key of these batches is on disk
@@ -348,11 +348,11 @@ def test_disk_full_keeps_rows(lib, tmp_path):
         [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    assert "ERROR dynamic table 't': disk tier: cannot write" in done.stdout, done.stdout
+    assert "ERROR hash table 't': disk tier: cannot write" in done.stdout, done.stdout
     assert "File too large" in done.stdout
     rows = done.stdout.split("ROWS ")[1].split()
     assert int(rows[0]) > 0 and rows[1] == "True", done.stdout
-    assert "ASSIGN ERROR dynamic table 't': disk tier: cannot write" in done.stdout, done.stdout
+    assert "ASSIGN ERROR hash table 't': disk tier: cannot write" in done.stdout, done.stdout
     assert "ASSIGN KEPT True" in done.stdout, done.stdout
 
 

@@ -34,7 +34,7 @@ void* sok_tier_create(int64_t dim, int64_t ram_budget, const char* dir, int64_t 
   config.init.seed = 7;
   config.min_count = min_count;
   config.policy = lfu ? sok_lite::EvictPolicy::kLfu : sok_lite::EvictPolicy::kLru;
-  config.label = "dynamic table 't'";
+  config.label = "hash table 't'";
   auto* table = new sok_lite::HashTable(config);
   if (ram_budget > 0) {
     sok_lite::TableConfig tiered = config;

@@ -1,4 +1,4 @@
-"""A training loop (lookups of a sharded and a dynamic table + Adam) in which the last rank fails
+"""A training loop (lookups of a sharded and a hash table + Adam) in which the last rank fails
 at a given step, after the ranks have trained together: it looks up an id beyond the table
 ("bad_id") or kills itself with SIGKILL ("sigkill"). The launching test checks that the whole
 job ends quickly and names the cause (tests/distributed/test_rank_failure.py).
