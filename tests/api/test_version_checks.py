@@ -25,6 +25,14 @@ PACKAGE = ROOT / "sok_lite"
 LIBRARY = sorted(PACKAGE.glob("_sok_lite_ops*.so"))[0]
 
 
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="needs binutils' readelf")
+def test_the_library_declares_its_dependency_on_the_tensorflow_framework():
+    """Without it the library only loads where TensorFlow loaded its framework globally."""
+    dynamic = subprocess.run(["readelf", "-d", str(LIBRARY)], capture_output=True, text=True)
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", dynamic.stdout)
+    assert "libtensorflow_framework.so.2" in needed, needed
+
+
 def _library_with_record(tmp_path: pathlib.Path, record: dict | None) -> pathlib.Path:
     """A stand-in library (never loaded: the check comes first) with the given build record."""
     library = tmp_path / LIBRARY.name
