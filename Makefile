@@ -11,16 +11,16 @@ BUILD_STAMP := build/.sok_lite_ops
 KERNEL_SOURCES := $(shell find kernels -name '*.cc' -o -name '*.h' -o -name '*.cu' 2>/dev/null)
 CXX_FILES := $(shell find kernels -name '*.cc' -o -name '*.h' 2>/dev/null)
 
-.PHONY: setup build demo test test-asan fuzz lint bench bench-e2e bench-distributed clean
+.PHONY: setup build demo test test-matrix wheel wheel-check test-asan fuzz lint bench bench-e2e bench-distributed clean
 
 setup: $(DEPS_STAMP) $(HOROVOD_STAMP) $(BUILD_STAMP)
 
 $(DEPS_STAMP): requirements-dev.txt sok_lite/_tf_range.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $$($(PY) -c "import runpy; print(runpy.run_path('sok_lite/_tf_range.py')['pip_requirement']())") -r requirements-dev.txt
+	$(PY) -m pip install --quiet $$($(PY) -c "import runpy; print(runpy.run_path('sok_lite/_tf_range.py')['minor_requirement']())") -r requirements-dev.txt
 	# tf_keras requires the `tensorflow` wheel, which would install a second TF over tensorflow-cpu.
-	$(PY) -m pip install --quiet --no-deps $$($(PY) -c "import runpy; print(runpy.run_path('sok_lite/_tf_range.py')['pip_requirement']('tf_keras'))")
+	$(PY) -m pip install --quiet --no-deps $$($(PY) -c "import runpy; print(runpy.run_path('sok_lite/_tf_range.py')['minor_requirement']('tf_keras'))")
 	touch $@
 
 $(HOROVOD_STAMP): $(DEPS_STAMP) scripts/install_horovod.sh
@@ -38,6 +38,20 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q --doctest-modules sok_lite tests
+
+# The smoke subset under every supported TensorFlow minor x (its lowest Keras, the newest Keras),
+# each in a fresh venv under build/matrix (docs/install.md, "Tested versions"). MINORS=2.16,2.21
+# narrows it.
+test-matrix:
+	$(PYTHON) scripts/test_matrix.py $(if $(MINORS),--minors $(MINORS))
+
+# A manylinux wheel for this venv's TensorFlow minor, in dist/ (docs/install.md, "Wheels");
+# wheel-check also installs it into a bare venv with that TensorFlow and runs the smoke subset.
+wheel: $(DEPS_STAMP)
+	$(PY) scripts/build_wheel.py
+
+wheel-check: $(DEPS_STAMP)
+	$(PY) scripts/build_wheel.py --check
 
 # The single-process suite against an ASan + UBSan build of the op library (docs/development.md).
 test-asan: setup

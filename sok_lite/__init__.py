@@ -1,7 +1,17 @@
 """sok_lite: sharded, sparse and dynamic embedding tables for TensorFlow/Keras."""
 
-# checkpoint, optimizer, sok_v1 and storage: module paths kept from the flat layout.
-from sok_lite import checkpoint, keras, optimizer, optimizers, sok_v1, storage  # noqa: F401
+# _loader first: it refuses a Keras older than sok_lite's floor when imported (docs/install.md,
+# "Version checks"). checkpoint, optimizer, sok_v1 and storage: module paths kept from the flat
+# layout.
+from sok_lite import (  # noqa: F401
+    _loader,
+    checkpoint,
+    keras,
+    optimizer,
+    optimizers,
+    sok_v1,
+    storage,
+)
 from sok_lite._version import __version__
 from sok_lite.comm import init, num_ranks, rank
 from sok_lite.compat.sok2 import *  # noqa: F403 -- SOK 2.x's other names: its __all__

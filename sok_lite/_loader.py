@@ -5,8 +5,9 @@ The build writes a record next to each library, `<library>.build.json` (CMakeLis
 `tf.__version__` and the `_GLIBCXX_USE_CXX11_ABI` flag it compiled against. The record is read
 as a plain file before `tf.load_op_library`, because loading a library built against another
 TensorFlow is what fails (undefined symbols) or crashes; reading a version out of the library
-itself would mean loading it. SOK_LITE_SKIP_VERSION_CHECK=1 turns both checks into warnings
-(docs/install.md, "Version checks").
+itself would mean loading it. Importing this module (sok_lite/__init__.py does it first) also
+refuses a Keras older than sok_lite's floor. SOK_LITE_SKIP_VERSION_CHECK=1 turns each check into
+a warning (docs/install.md, "Version checks").
 """
 
 import functools
@@ -18,7 +19,7 @@ import warnings
 import tensorflow as tf
 
 from sok_lite._errors import CleanOps
-from sok_lite._tf_range import TF_MAX, TF_MIN
+from sok_lite._tf_range import KERAS_MIN, TF_MAX, TF_MIN
 
 SKIP_VARIABLE = "SOK_LITE_SKIP_VERSION_CHECK"
 REBUILD = (
@@ -48,6 +49,20 @@ def _check_tf_version() -> None:
         _refuse(
             f"sok_lite supports TensorFlow >={TF_MIN[0]}.{TF_MIN[1]},<{TF_MAX[0]}.{TF_MAX[1]} "
             f"(sok_lite/_tf_range.py); found {tf.__version__}."
+        )
+
+
+def check_keras_version() -> None:
+    """Refuses a Keras older than sok_lite's floor (checked when sok_lite is imported)."""
+    import keras
+
+    version = keras.__version__
+    if tuple(int(x) for x in version.split(".")[:2]) < KERAS_MIN:
+        _refuse(
+            f"sok_lite needs Keras >={KERAS_MIN[0]}.{KERAS_MIN[1]} (sok_lite/_tf_range.py); "
+            f"found keras {version}, which TensorFlow {tf.__version__} accepts but sok_lite's "
+            f"Keras layers, optimizers and saved files do not work with. Upgrade it: "
+            f"`pip install 'keras>={KERAS_MIN[0]}.{KERAS_MIN[1]}'`."
         )
 
 
@@ -124,3 +139,6 @@ def _load_gpu_kernels(here: pathlib.Path) -> None:
     if gpu_library and tf.config.list_physical_devices("GPU"):
         check_build(gpu_library[0])
         tf.load_op_library(str(gpu_library[0]))
+
+
+check_keras_version()  # at import: before a layer or an optimizer fails in an older Keras

@@ -17,7 +17,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from sok_lite._tf_range import TF_MAX, TF_MIN
+from sok_lite._tf_range import KERAS_MIN, TF_MAX, TF_MIN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,8 +188,9 @@ def require(feature: str) -> None:
     raise MissingInternalError(
         f"sok_lite: {feature} cannot be used with {_versions()}: it needs {listed}, private "
         f"to {'/'.join(sorted({NAMES[n].owner for n in missing}))}, which has moved. sok_lite "
-        f"supports TensorFlow >={TF_MIN[0]}.{TF_MIN[1]},<{TF_MAX[0]}.{TF_MAX[1]} with the Keras "
-        'it ships (docs/install.md, "Version checks"); the rest of sok_lite still works.'
+        f"supports TensorFlow >={TF_MIN[0]}.{TF_MIN[1]},<{TF_MAX[0]}.{TF_MAX[1]} with Keras "
+        f'>={KERAS_MIN[0]}.{KERAS_MIN[1]} up to the newest tested (docs/install.md, "Version '
+        'checks"); the rest of sok_lite still works.'
     )
 
 

@@ -19,10 +19,15 @@ import tensorflow as tf
 import sok_lite as sok
 from sok_lite import _loader, _tf_internals
 from sok_lite._tf_internals import FEATURES, NAMES, MissingInternalError
+from sok_lite._tf_range import KERAS_MIN, TF_MAX, TF_MIN
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "sok_lite"
+# The package under test: the source tree's, or an installed wheel's (make wheel-check).
+PACKAGE = pathlib.Path(sok.__file__).resolve().parent
 LIBRARY = sorted(PACKAGE.glob("_sok_lite_ops*.so"))[0]
+# A TensorFlow of another minor than the running one (the build record a library made there has).
+_MAJOR, _MINOR = (int(x) for x in tf.__version__.split(".")[:2])
+OTHER_TF = f"{_MAJOR}.{_MINOR - 1 if _MINOR > 16 else _MINOR + 1}.1"
 
 
 @pytest.mark.skipif(shutil.which("readelf") is None, reason="needs binutils' readelf")
@@ -51,12 +56,12 @@ def test_the_build_records_the_running_tensorflow_and_abi_flag():
 
 def test_a_library_built_against_another_tensorflow_is_refused(tmp_path):
     running = _loader.running_build()
-    library = _library_with_record(tmp_path, dict(running, tensorflow="2.16.1"))
+    library = _library_with_record(tmp_path, dict(running, tensorflow=OTHER_TF))
     with pytest.raises(ImportError) as raised:
         _loader.check_build(library)
     message = str(raised.value)
     assert isinstance(raised.value, _loader.VersionMismatchError)
-    assert "built against TensorFlow 2.16.1" in message
+    assert f"built against TensorFlow {OTHER_TF}" in message
     assert f"TensorFlow {tf.__version__} is running" in message
     assert "pip install --no-build-isolation --no-deps --force-reinstall ." in message
     assert "make build" in message and _loader.SKIP_VARIABLE in message
@@ -96,9 +101,9 @@ def test_a_library_without_a_readable_build_record_is_refused(tmp_path, record):
 
 
 def test_the_skip_variable_turns_a_refusal_into_a_warning(tmp_path, monkeypatch):
-    library = _library_with_record(tmp_path, dict(_loader.running_build(), tensorflow="2.16.1"))
+    library = _library_with_record(tmp_path, dict(_loader.running_build(), tensorflow=OTHER_TF))
     monkeypatch.setenv(_loader.SKIP_VARIABLE, "1")
-    with pytest.warns(RuntimeWarning, match="2.16.1"):
+    with pytest.warns(RuntimeWarning, match=OTHER_TF):
         _loader.check_build(library)
 
 
@@ -126,7 +131,7 @@ def test_a_package_whose_library_was_built_against_another_tensorflow_refuses_to
     loads it (this one does load: it really was built against the running TF)."""
     copy = tmp_path / "sok_lite"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    record = dict(_loader.running_build(), tensorflow="2.16.1")
+    record = dict(_loader.running_build(), tensorflow=OTHER_TF)
     _loader.record_path(copy / LIBRARY.name).write_text(json.dumps(record))
     env = {"PYTHONPATH": str(tmp_path), "TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"}
     done = subprocess.run(
@@ -135,13 +140,13 @@ def test_a_package_whose_library_was_built_against_another_tensorflow_refuses_to
     assert done.returncode == 1, done.stderr[-3000:]  # an exception, not a signal
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("sok_lite._loader.VersionMismatchError:"), last
-    assert "2.16.1" in last and tf.__version__ in last
+    assert OTHER_TF in last and tf.__version__ in last
     env[_loader.SKIP_VARIABLE] = "1"
     done = subprocess.run(
         [sys.executable, "-c", _LOAD], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0 and done.stdout.strip() == "loaded", done.stderr[-3000:]
-    assert "RuntimeWarning" in done.stderr and "2.16.1" in done.stderr
+    assert "RuntimeWarning" in done.stderr and OTHER_TF in done.stderr
 
 
 # The private names: probed at import, each feature failing alone when one has moved.
@@ -198,7 +203,7 @@ def test_a_moved_loss_scaling_name_fails_loss_scaling_only(monkeypatch):
     assert "mixed-precision loss scaling" in message
     assert "keras.optimizers.LossScaleOptimizer.check_finite" in message
     assert f"TensorFlow {tf.__version__}" in message and f"keras {keras.__version__}" in message
-    assert ">=2.21,<2.22" in message
+    assert f">={TF_MIN[0]}.{TF_MIN[1]},<{TF_MAX[0]}.{TF_MAX[1]}" in message
     # Without a LossScaleOptimizer, the same wrapper trains a table.
     table = sok.Variable(np.ones([3, 2], np.float32))
     optimizer = sok.keras.OptimizerWrapper(keras.optimizers.SGD(0.5))
@@ -248,9 +253,33 @@ except MissingInternalError as e:
 
 
 def test_a_name_missing_at_import_does_not_stop_the_import():
-    env = {"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    env = {"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(PACKAGE.parent)}
     done = subprocess.run(
         [sys.executable, "-c", _MOVED_AT_IMPORT], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "refused: sok_lite: hash tables in sok_lite.keras layers" in done.stdout, done.stdout
+
+
+def test_a_keras_older_than_the_floor_is_refused_naming_both_versions(monkeypatch):
+    monkeypatch.setattr(keras, "__version__", "3.0.0")
+    with pytest.raises(_loader.VersionMismatchError) as raised:
+        _loader.check_keras_version()
+    message = str(raised.value)
+    floor = f"{KERAS_MIN[0]}.{KERAS_MIN[1]}"
+    assert f"Keras >={floor}" in message and "found keras 3.0.0" in message
+    assert f"pip install 'keras>={floor}'" in message
+    monkeypatch.setenv(_loader.SKIP_VARIABLE, "1")
+    with pytest.warns(RuntimeWarning, match="found keras 3.0.0"):
+        _loader.check_keras_version()
+
+
+def test_the_floor_keras_and_newer_pass(monkeypatch):
+    for version in (f"{KERAS_MIN[0]}.{KERAS_MIN[1]}.0", "3.99.1", keras.__version__):
+        monkeypatch.setattr(keras, "__version__", version)
+        _loader.check_keras_version()
+
+
+def test_the_package_requires_the_keras_floor():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'"keras>={KERAS_MIN[0]}.{KERAS_MIN[1]}"' in pyproject

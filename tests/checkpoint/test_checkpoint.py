@@ -127,8 +127,8 @@ sok.dump(sys.argv[1], tables, opt)
 
 def test_kill_during_dump_keeps_previous_checkpoint(trained, tmp_path):
     _, _, path = trained
-    repo = pathlib.Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=str(repo), TF_CPP_MIN_LOG_LEVEL="2")
+    package_parent = pathlib.Path(sok.__file__).resolve().parents[1]  # source tree or wheel
+    env = dict(os.environ, PYTHONPATH=str(package_parent), TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.Popen(
         [sys.executable, "-c", KILLED_DUMP, str(path)], env=env, stdout=subprocess.PIPE, text=True
     )

@@ -233,7 +233,9 @@ def test_nan_gradients_propagate():
 @pytest.mark.parametrize("kind,params,num_slots", gpu_reference.OPTIMIZER_CASES)
 def test_gpu_harness_reference_mirrors_the_cpu_kernel(kind, params, num_slots):
     """tests/gpu/gpu_reference.py (what the CUDA kernels are checked against on a GPU) follows
-    the CPU kernel term by term: equal to the bit, but for FTRL's pow (an ulp)."""
+    the CPU kernel term by term: equal to the bit, but for FTRL's pow. The kernel's pow is
+    Eigen's, whose version comes with each TensorFlow's headers: an ulp or two off NumPy's,
+    which FTRL's quotient of near-cancelling terms grows to ~1.5e-6 relative (TF 2.16)."""
     rng = np.random.default_rng(num_slots)
     var = rng.standard_normal([30, DIM]).astype(np.float32)
     slots = [rng.uniform(0.1, 1.0, [30, DIM]).astype(np.float32) for _ in range(num_slots)]
@@ -246,7 +248,7 @@ def test_gpu_harness_reference_mirrors_the_cpu_kernel(kind, params, num_slots):
         hyper = np.array([0.05, 0.01] + params, np.float64)
         sparse_apply(table.handle, [s.handle for s in slot_vars], rows, g, hyper, kind)
         gpu_reference.apply_rows(kind, 0.05, 0.01, params, rows, g, var, slots)
-    tol = {"rtol": 1e-6, "atol": 1e-7} if kind == "ftrl" else {"rtol": 0, "atol": 0}
+    tol = {"rtol": 1e-5, "atol": 1e-7} if kind == "ftrl" else {"rtol": 0, "atol": 0}
     np.testing.assert_allclose(table.numpy(), var, **tol)
     for got, expected in zip(slot_vars, slots, strict=True):
         np.testing.assert_allclose(got.numpy(), expected, **tol)
