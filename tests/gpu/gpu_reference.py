@@ -167,7 +167,12 @@ U64 = np.uint64
 
 def _load_key_hash():
     # By path: importing the sok_lite package would import TensorFlow, which GPU checks lack.
+    # The source tree's, or (tests run against an installed wheel) the installed package's,
+    # found without importing it.
     path = Path(__file__).resolve().parents[2] / "sok_lite" / "tables" / "key_hash.py"
+    if not path.exists():
+        package = importlib.util.find_spec("sok_lite")
+        path = Path(package.submodule_search_locations[0]) / "tables" / "key_hash.py"
     spec = importlib.util.spec_from_file_location("key_hash", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
