@@ -45,6 +45,12 @@ def _tf_distribution() -> str:
     raise SystemExit("no TensorFlow distribution is installed in this interpreter")
 
 
+def smoke_tests() -> list[str]:
+    """The test paths of tests/smoke_subset.txt (scripts/test_matrix.py runs them too)."""
+    text = (ROOT / "tests" / "smoke_subset.txt").read_text()
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
 def _record_hash(data: bytes) -> str:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return f"sha256={digest}"
@@ -145,14 +151,9 @@ def check(wheel: pathlib.Path, work: pathlib.Path) -> int:
     # with this folder inside a checkout, test the checkout's sok_lite instead of the wheel's.
     (work / "pytest.ini").write_text("[pytest]\n")
     (work / "tests" / "test_installed_wheel.py").write_text(INSTALLED_TEST.format(venv=venv))
-    smoke = [
-        line.strip()
-        for line in (ROOT / "tests" / "smoke_subset.txt").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
     return subprocess.run(
         [python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "tests/test_installed_wheel.py", *smoke],
+         "tests/test_installed_wheel.py", *smoke_tests()],
         cwd=work,
     ).returncode  # fmt: skip
 

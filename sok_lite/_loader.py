@@ -19,7 +19,7 @@ import warnings
 import tensorflow as tf
 
 from sok_lite._errors import CleanOps
-from sok_lite._tf_range import KERAS_MIN, TF_MAX, TF_MIN
+from sok_lite._tf_range import KERAS_MIN, TF_MAX, TF_MIN, keras_requirement
 
 SKIP_VARIABLE = "SOK_LITE_SKIP_VERSION_CHECK"
 REBUILD = (
@@ -62,7 +62,7 @@ def check_keras_version() -> None:
             f"sok_lite needs Keras >={KERAS_MIN[0]}.{KERAS_MIN[1]} (sok_lite/_tf_range.py); "
             f"found keras {version}, which TensorFlow {tf.__version__} accepts but sok_lite's "
             f"Keras layers, optimizers and saved files do not work with. Upgrade it: "
-            f"`pip install 'keras>={KERAS_MIN[0]}.{KERAS_MIN[1]}'`."
+            f"`pip install '{keras_requirement()}'`."
         )
 
 

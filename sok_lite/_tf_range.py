@@ -19,7 +19,7 @@ def pip_requirement(package: str = "tensorflow-cpu") -> str:
 
 
 def keras_requirement() -> str:
-    """The pip requirement for a Keras sok_lite works with, e.g. 'keras>=3.5'."""
+    """The pip requirement for a Keras sok_lite works with, e.g. 'keras>=3.10'."""
     return f"keras>={KERAS_MIN[0]}.{KERAS_MIN[1]}"
 
 
