@@ -45,6 +45,21 @@ def _tf_distribution() -> str:
     raise SystemExit("no TensorFlow distribution is installed in this interpreter")
 
 
+SCRATCH_MARK = ".sok_lite_scratch"
+
+
+def fresh_dir(path: pathlib.Path) -> pathlib.Path:
+    """Empties `path` for a new run, but only a folder an earlier run made (it holds
+    SCRATCH_MARK): a folder of the user's that happens to be named is refused, not deleted."""
+    if path.exists():
+        if not (path / SCRATCH_MARK).is_file():
+            raise SystemExit(f"{path} exists and was not made by this script: not deleting it")
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    (path / SCRATCH_MARK).write_text("made by sok_lite's scripts; emptied on their next run\n")
+    return path
+
+
 def smoke_tests() -> list[str]:
     """The test paths of tests/smoke_subset.txt (scripts/test_matrix.py runs them too)."""
     text = (ROOT / "tests" / "smoke_subset.txt").read_text()
@@ -135,8 +150,7 @@ def test_the_package_under_test_is_the_installed_wheel():
 
 def check(wheel: pathlib.Path, work: pathlib.Path) -> int:
     """Installs `wheel` into a bare venv with its TensorFlow and runs the smoke subset."""
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    fresh_dir(work)
     venv = work / "venv"
     python = str(venv / "bin" / "python")
     _run([sys.executable, "-m", "venv", str(venv)])

@@ -27,7 +27,10 @@ import subprocess
 import sys
 import time
 
-from build_wheel import smoke_tests  # scripts/ is on sys.path: this file runs as a script
+from build_wheel import (
+    fresh_dir,
+    smoke_tests,
+)  # scripts/ is on sys.path: this file runs as a script
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RANGE = runpy.run_path(str(ROOT / "sok_lite" / "_tf_range.py"))
@@ -116,11 +119,11 @@ def _cross_load(python: pathlib.Path, src: pathlib.Path, other: pathlib.Path, wo
     """Loads the op library built for another minor (saved in `other`) under this venv's
     TensorFlow, from a copy of the package: refused with VersionMismatchError, no crash."""
     package = work / "sok_lite"
-    shutil.rmtree(work, ignore_errors=True)
+    fresh_dir(work)
     shutil.copytree(
         src / "sok_lite", package, ignore=shutil.ignore_patterns("*.so", "*.build.json")
     )
-    for built in other.iterdir():
+    for built in other.glob("_sok_lite_ops*"):
         shutil.copy2(built, package / built.name)
     code = (
         "import sok_lite, sys; assert sok_lite.__file__.startswith(sys.argv[1]), sok_lite.__file__;"
@@ -148,8 +151,7 @@ def _minor_name(minor: tuple[int, int]) -> str:
 def _test_minor(minor, work: pathlib.Path, results: dict, save) -> None:
     name = _minor_name(minor)
     home = work / f"tf{name}"
-    shutil.rmtree(home, ignore_errors=True)
-    home.mkdir(parents=True)
+    fresh_dir(home)
     log = home / "setup.log"
     venv, src = home / "venv", home / "src"
     python = venv / "bin" / "python"
@@ -183,8 +185,7 @@ def _test_minor(minor, work: pathlib.Path, results: dict, save) -> None:
     if rc != 0:
         return
     libraries = work / "libraries" / name
-    shutil.rmtree(libraries, ignore_errors=True)
-    libraries.mkdir(parents=True)
+    fresh_dir(libraries)
     for built in list(src.glob("sok_lite/_sok_lite_ops*.so")) + [
         src / "sok_lite" / "_sok_lite_ops.build.json"
     ]:

@@ -73,3 +73,18 @@ def test_every_supported_minor_is_listed_once():
     assert minors[0] == rng["TF_MIN"] and minors[-1] == (rng["TF_MAX"][0], rng["TF_MAX"][1] - 1)
     assert rng["TF_DEFAULT"] in minors
     assert len(set(minors)) == len(minors) == rng["TF_MAX"][1] - rng["TF_MIN"][1]
+
+
+def test_a_scratch_folder_is_emptied_only_when_a_script_made_it(build_wheel, tmp_path):
+    """make wheel-check and make test-matrix empty their folders before a run: a folder of the
+    user's given by mistake is refused and kept whole."""
+    users = tmp_path / "users"
+    users.mkdir()
+    (users / "notes.txt").write_text("keep me")
+    with pytest.raises(SystemExit, match="not deleting it"):
+        build_wheel.fresh_dir(users)
+    assert (users / "notes.txt").read_text() == "keep me"
+    scratch = build_wheel.fresh_dir(tmp_path / "scratch")
+    (scratch / "left.txt").write_text("from the last run")
+    build_wheel.fresh_dir(scratch)
+    assert sorted(p.name for p in scratch.iterdir()) == [build_wheel.SCRATCH_MARK]
