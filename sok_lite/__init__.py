@@ -19,6 +19,7 @@ from sok_lite.compat.sok2 import __all__ as _sok2_names
 from sok_lite.compat.sok2_dynamic import DynamicVariable
 from sok_lite.compat.sok_v1 import All2AllDenseEmbedding, DistributedEmbedding, Init
 from sok_lite.io.checkpoint import CheckpointError, dump, load
+from sok_lite.io.delta import DeltaWriter
 from sok_lite.io.serving import export_saved_model
 from sok_lite.lookup.sparse import lookup_sparse
 from sok_lite.memory import MemoryPlan, MemoryReport, TableSpec, memory_report, plan_memory
@@ -47,6 +48,7 @@ __all__ = [
     "load",
     "CheckpointError",
     "export_saved_model",
+    "DeltaWriter",
     "memory_report",
     "plan_memory",
     "MemoryReport",

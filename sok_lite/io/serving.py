@@ -9,7 +9,8 @@ holds a SokLite op (a table missing from `tables`, say), so what it writes loads
 that never imports sok_lite.
 
 The signature's inputs are named after the exported function's parameters (see
-`export_saved_model`).
+`export_saved_model`). With updatable=True the tables are those of
+sok_lite.io.serving_updatable instead, which take deltas in place while serving.
 
 Memory: the exporting process holds every table whole (gathered from all ranks) once.
 """
@@ -26,6 +27,8 @@ import tensorflow as tf
 from sok_lite import comm
 from sok_lite._errors import table_label
 from sok_lite.io.serving_init import initial_rows
+from sok_lite.io.serving_updatable import OnlineState, UpdatableTable
+from sok_lite.lookup.exported import ServingTable as ServingLookup
 from sok_lite.lookup.exported import serving_copies
 from sok_lite.tables.initializers import RowInitializer
 from sok_lite.tables.table_dtypes import row_dtype
@@ -97,6 +100,11 @@ def export_saved_model(
     path: str | os.PathLike[str],
     input_signature: Sequence[tf.TensorSpec],
     tables: Sequence[TableKind] | None = None,
+    *,
+    updatable: bool = False,
+    model_id: str | None = None,
+    sequence: int = 0,
+    step: int = 0,
 ) -> None:
     """Writes a SavedModel whose "serving_default" signature runs without sok_lite.
 
@@ -112,27 +120,58 @@ def export_saved_model(
         ragged ids inside the function from values and row splits).
       tables: the sok_lite tables it uses; default: every sok_lite table among a Keras model's
         variables.
+      updatable: also write the signatures "apply_delta" and "delta_state", through which
+        the served tables take the deltas of a sok_lite.DeltaWriter in place while serving
+        (sok_lite/io/delta_updater.py applies them; docs/user_guide.md, "Online learning").
+      model_id: the updatable model's id: it takes only deltas of that id (required with
+        updatable).
+      sequence: the delta the exported tables are at (the DeltaWriter's `sequence` then).
+      step: the optimizer step they are at (reported by "delta_state").
 
     Raises:
       ValueError: no tables given or found, or the traced model still calls a sok_lite op (it
-        uses a table missing from `tables`, say); nothing is written then.
+        uses a table missing from `tables`, say), or updatable without a model_id; nothing is
+        written then.
     """
     if tables is None:
         tables = [v for v in getattr(model_or_fn, "variables", []) if isinstance(v, TableKind)]
     if not tables:
         raise ValueError("export_saved_model needs the sok_lite tables the model uses")
-    serving = {t.ref(): ServingTable.of(t.serving_copy()) for t in tables}
+    if updatable and not (isinstance(model_id, str) and model_id):
+        raise ValueError("export_saved_model(updatable=True) needs a model_id (a non-empty str)")
+    labels = [table_label(t) for t in tables]
+    online = None
+    if updatable:
+        assert model_id is not None
+        copies = [UpdatableTable.of(n, t.serving_copy()) for n, t in zip(labels, tables)]
+        online = OnlineState(copies, model_id, sequence, step)
+        serving: dict[object, ServingLookup] = dict(zip((t.ref() for t in tables), copies))
+    else:
+        serving = {t.ref(): ServingTable.of(t.serving_copy()) for t in tables}
     signature = _named_signature(model_or_fn, input_signature)
     with serving_copies(serving):
-        fn = tf.function(lambda *args: model_or_fn(*args), input_signature=signature)
+        if online is None:
+            fn = tf.function(lambda *args: model_or_fn(*args), input_signature=signature)
+        else:
+            state = online
+            fn = tf.function(
+                lambda *args: state.consistent(lambda: model_or_fn(*args)),
+                input_signature=signature,
+            )
         concrete = fn.get_concrete_function()
-    _refuse_sok_lite_ops(concrete, [table_label(t) for t in tables])
+    _refuse_sok_lite_ops(concrete, labels)
     root = tf.Module()
     root.variables_ = list(concrete.variables)  # the model's own (dense) variables
-    root.rows_ = [s.rows for s in serving.values()]
-    root.tables_ = [s.index for s in serving.values() if s.index is not None]
+    signatures = {"serving_default": concrete}
+    if online is None:
+        plain = [s for s in serving.values() if isinstance(s, ServingTable)]
+        root.rows_ = [s.rows for s in plain]
+        root.tables_ = [s.index for s in plain if s.index is not None]
+    else:
+        root.online_ = online
+        signatures.update(online.signatures())
     if comm.current().rank == 0:
-        tf.saved_model.save(root, str(path), signatures={"serving_default": concrete})
+        tf.saved_model.save(root, str(path), signatures=signatures)
 
 
 def _named_signature(
