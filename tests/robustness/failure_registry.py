@@ -291,6 +291,19 @@ FAILURES: dict[str, list[Failure]] = {
             setup=_two_tables_one_unlisted,
         ),
     ],
+    "DeltaWriter": [
+        Failure(
+            "an empty model_id",
+            lambda w, p: sok.DeltaWriter(w.root / "deltas", [w.table], w.optimizer, ""),
+            match="model_id",
+        ),
+        Failure(
+            "a delta of that sequence already written",
+            lambda w, p: sok.DeltaWriter(w.root / "deltas", [w.table], w.optimizer, "m").write(),
+            match="exists",
+            setup=lambda w: sok.DeltaWriter(w.root / "deltas", [w.table], w.optimizer, "m").write(),
+        ),
+    ],
     "tf.train.Checkpoint.restore": [
         Failure(
             "a table of another dimension",
