@@ -266,7 +266,7 @@ class DeltaWriter:
         return final
 
     def _listed(self) -> list[tuple[int, bool, pathlib.Path]]:
-        return protocol.list_deltas(self._directory) if self._directory.is_dir() else []
+        return protocol.list_deltas(self._directory)
 
     def _write_rank(self, tmp: pathlib.Path, snapshot: bool, rank: int) -> list[_SentKeysUpdate]:
         """Writes this rank's files of every table and rank<r>.json listing them; returns

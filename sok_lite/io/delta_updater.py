@@ -374,9 +374,11 @@ def apply_delta(model: object, delta: Delta | str | os.PathLike[str]) -> bool:
 
 
 def list_deltas(directory: str | os.PathLike[str]) -> list[tuple[int, bool, pathlib.Path]]:
-    """(sequence, is a snapshot, path) of the complete deltas in `directory`, in order."""
+    """(sequence, is a snapshot, path) of the complete deltas in `directory` (none while it
+    does not exist), in order."""
     found = []
-    for entry in pathlib.Path(directory).iterdir():
+    directory = pathlib.Path(directory)
+    for entry in directory.iterdir() if directory.is_dir() else ():
         match = _NAME.fullmatch(entry.name)
         if match and entry.is_dir():
             found.append((int(match.group(2)), match.group(1) == "snapshot", entry))
@@ -451,7 +453,7 @@ class DeltaUpdater:
         applied_age_seconds (since the delta the model is at was written; None before the
         first), error (why the last poll stopped short, or None)."""
         state = ModelState.of(self._model)
-        found = list_deltas(self._directory) if self._directory.is_dir() else []
+        found = list_deltas(self._directory)
         newest = found[-1][0] if found else None
         pending = [d for d in found if d[0] > state.sequence]
         now = self._clock()
