@@ -128,6 +128,9 @@ class DeltaWriter:
         steps, or seconds, since the previous delta (either, both or neither).
       snapshot_every: make every n-th delta a snapshot (a server that missed deltas catches
         up from it); None: only `write(snapshot=True)` writes one.
+      keep_snapshots: after writing a snapshot, remove the deltas and snapshots before the
+        n-th newest snapshot (only directories holding nothing but a delta's files, of this
+        model_id); None: remove nothing.
 
     Raises:
       ValueError: a table that is not a sok_lite table, an empty model_id, or a count that is
@@ -152,6 +155,7 @@ class DeltaWriter:
         every_n_steps: int | None = None,
         every_seconds: float | None = None,
         snapshot_every: int | None = None,
+        keep_snapshots: int | None = None,
     ) -> None:
         for t, table in enumerate(tables):
             if not isinstance(table, TableKind):
@@ -166,6 +170,7 @@ class DeltaWriter:
         _positive(every_n_steps, "every_n_steps", (int,))
         _positive(every_seconds, "every_seconds", (int, float))
         _positive(snapshot_every, "snapshot_every", (int,))
+        _positive(keep_snapshots, "keep_snapshots", (int,))
         self._directory = pathlib.Path(directory)
         self._tables = list(tables)
         self._counter = optimizer  # its iterations: a SOK-style wrapper counts its own steps
@@ -175,6 +180,7 @@ class DeltaWriter:
         self._every_n_steps = every_n_steps
         self._every_seconds = every_seconds
         self._snapshot_every = snapshot_every
+        self._keep_snapshots = keep_snapshots
         self._base_step = self._step()
         self._last_time = time.time()
         self._sent = {
@@ -255,6 +261,8 @@ class DeltaWriter:
                 self._write_header(tmp, sequence, step, snapshot, communicator.num_ranks)
                 os.rename(tmp, final)
                 _sync_dir(self._directory)
+                if snapshot:
+                    self._prune()
         except BaseException:
             if communicator.rank == 0 and tmp.exists():
                 _remove_leftover(tmp)
@@ -264,6 +272,22 @@ class DeltaWriter:
             update.commit()
         self._sequence, self._base_step, self._last_time = sequence, step, time.time()
         return final
+
+    def _prune(self) -> None:
+        """Removes the deltas before the keep_snapshots-th newest snapshot (see __init__)."""
+        keep = self._keep_snapshots
+        snapshots = [d[0] for d in self._listed() if d[1]]
+        if keep is None or len(snapshots) <= keep:
+            return
+        for sequence, _, path in self._listed():
+            if sequence < snapshots[-keep] and _is_leftover(path) and self._ours(path):
+                _remove_leftover(path)
+
+    def _ours(self, path: pathlib.Path) -> bool:
+        try:
+            return protocol.read_header(path).model_id == self._model_id
+        except protocol.DeltaError:
+            return False
 
     def _listed(self) -> list[tuple[int, bool, pathlib.Path]]:
         return protocol.list_deltas(self._directory)

@@ -2,6 +2,7 @@
 leaves no delta and the writer as it was, and that requests never see half an update."""
 
 import threading
+import time
 
 import keras
 import numpy as np
@@ -12,6 +13,10 @@ import sok_lite as sok
 from sok_lite.io import delta_updater
 from tests.online.online_model import (
     OnlineModel,
+    assert_served_equal,
+    expected,
+    one_id_batch,
+    serve,
 )
 
 
@@ -63,6 +68,51 @@ def test_a_delta_holds_the_rows_changed_since_the_previous_one(tmp_path):
     stored = dict(zip(*[a.numpy().tolist() for a in model.clicks.export()]))
     for key, row in zip(hashed.keys.tolist(), hashed.rows.tolist()):
         assert row == stored[key]
+
+
+def test_keep_snapshots_removes_what_no_server_needs(tmp_path):
+    model = OnlineModel()
+    directory = tmp_path / "deltas"
+    writer = model.writer(directory, snapshot_every=2, keep_snapshots=1)
+    writer.write()
+    (directory / "notes.txt").write_text("mine")
+    foreign = directory / "delta-000000000000"  # a delta's name, holding a file of the user's
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("mine")
+    for seed in range(4):  # 2 and 4 are snapshots; writing 4 removes 1 to 3
+        model.train(1, seed=seed)
+        writer.write()
+    names = sorted(p.name for p in directory.iterdir())
+    assert names == [
+        "delta-000000000000",
+        "delta-000000000005",
+        "notes.txt",
+        "snapshot-000000000004",
+    ]
+    assert (foreign / "keep.txt").read_text() == "mine"
+
+
+def test_maybe_write_every_seconds(tmp_path):
+    model = OnlineModel()
+    writer = model.writer(tmp_path / "deltas", every_seconds=0.2)
+    assert writer.maybe_write() is None
+    time.sleep(0.25)
+    assert writer.maybe_write().name == "delta-000000000001"
+    assert writer.maybe_write() is None
+
+
+def test_a_tiered_hash_table_round_trips(tmp_path):
+    storage = sok.storage.Disk(tmp_path / "tier", ram_budget="64KiB")
+    model = OnlineModel(storage=storage)
+    model.train(2, seed=0)
+    model.export(tmp_path / "served")
+    writer = model.writer(tmp_path / "deltas")
+    model.train(3, seed=1)
+    writer.write()
+    loaded = tf.saved_model.load(str(tmp_path / "served"))
+    assert delta_updater.DeltaUpdater(loaded, tmp_path / "deltas").poll() == [1]
+    batch = one_id_batch(list(range(-30, 30)))
+    assert_served_equal(serve(loaded, batch), expected(model, batch))
 
 
 def test_a_failed_write_leaves_no_delta_and_the_writer_as_it_was(tmp_path, monkeypatch):
