@@ -163,6 +163,11 @@ class DeltaWriter:
                     f"DeltaWriter: table {t} ('{table_label(table)}') is a "
                     f"{type(table).__name__}, not a sok_lite table"
                 )
+        if not hasattr(optimizer, "iterations"):
+            raise ValueError(
+                f"DeltaWriter: the optimizer stepping the tables is needed (its iterations "
+                f"count the steps), got {type(optimizer).__name__}"
+            )
         if not isinstance(model_id, str) or not model_id:
             raise ValueError(f"DeltaWriter: model_id must be a non-empty str, got {model_id!r}")
         if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0:
@@ -261,8 +266,6 @@ class DeltaWriter:
                 self._write_header(tmp, sequence, step, snapshot, communicator.num_ranks)
                 os.rename(tmp, final)
                 _sync_dir(self._directory)
-                if snapshot:
-                    self._prune()
         except BaseException:
             if communicator.rank == 0 and tmp.exists():
                 _remove_leftover(tmp)
@@ -271,6 +274,8 @@ class DeltaWriter:
         for update in updates:
             update.commit()
         self._sequence, self._base_step, self._last_time = sequence, step, time.time()
+        if snapshot and communicator.rank == 0:
+            self._prune()  # the delta is written: a failure here leaves older deltas only
         return final
 
     def _prune(self) -> None:

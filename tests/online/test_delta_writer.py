@@ -165,6 +165,11 @@ def test_bad_arguments_are_refused(kwargs, message, tmp_path):
         sok.DeltaWriter(tmp_path, model.tables, model.optimizer, **args)
 
 
+def test_a_writer_without_an_optimizer_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="the optimizer stepping the tables is needed"):
+        sok.DeltaWriter(tmp_path, OnlineModel().tables, None, "ctr")
+
+
 def test_a_plain_variable_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"table 0 \('plain'\) is a ResourceVariable"):
         sok.DeltaWriter(tmp_path, [tf.Variable([1.0], name="plain")], None, "ctr")
