@@ -403,3 +403,32 @@ extern "C" cudaError_t sok_lite_cuda_apply_half_rows_bf16_slots(
   return ApplyHalf(kind, learning_rate, weight_decay, params, num_params, dim, rows, grads, n, var,
                    s, format, seed, step, row_stride, row_offset, stream);
 }
+
+namespace sok_lite {
+namespace cuda {
+namespace {
+
+__global__ void MarkRowsKernel(const int64_t* __restrict__ rows, int64_t n, int64_t value,
+                               int64_t* tracker) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += stride) {
+    if (rows[i] >= 0) tracker[rows[i]] = value;
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace sok_lite
+
+extern "C" cudaError_t sok_lite_cuda_mark_rows(const int64_t* rows, int64_t n, int64_t value,
+                                               int64_t* tracker, cudaStream_t stream) {
+  using namespace sok_lite::cuda;
+  if (n == 0) return cudaSuccess;
+  if (!rows || !tracker || n < 0) return cudaErrorInvalidValue;
+  int grid = 0;
+  cudaError_t err = GridFor(MarkRowsKernel, n, &grid);
+  if (err != cudaSuccess) return err;
+  MarkRowsKernel<<<grid, kBlockThreads, 0, stream>>>(rows, n, value, tracker);
+  return cudaGetLastError();
+}

@@ -80,6 +80,11 @@ cudaError_t sok_lite_cuda_apply_rows(int kind, double learning_rate, double weig
                                      const int64_t* rows, const float* grads, int64_t n, float* var,
                                      float* const* slots, int num_slots, cudaStream_t stream);
 
+// tracker[rows[i]] = value for i in [0, n) (rows distinct and in range): which rows a step
+// changed, for incremental dumps.
+cudaError_t sok_lite_cuda_mark_rows(const int64_t* rows, int64_t n, int64_t value, int64_t* tracker,
+                                    cudaStream_t stream);
+
 // 16-bit tables (kernels/core/half_rows.h): `format` 0 is bfloat16, 1 float16; rows are uint16_t
 // bit patterns.
 // out[i, :] = table[indices[i], :] widened to float32, for i in [0, n).

@@ -75,6 +75,13 @@ class SparseApplyFunctor<CPUDevice, T> {
     return absl::OkStatus();
   }
 
+  absl::Status Track(tensorflow::OpKernelContext* ctx, int64_t* tracker, int64_t step) {
+    ParallelFor(ctx, rows_.size(), 2, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) tracker[rows_[i]] = step;
+    });
+    return absl::OkStatus();
+  }
+
  private:
   std::vector<int64_t> rows_;
   std::vector<T> summed_;

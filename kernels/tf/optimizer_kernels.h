@@ -37,7 +37,9 @@ namespace sok_lite {
 //   absl::Status ApplyHalf(ctx, kind, hyper, dim, var, slots, rounding): the same for a table
 //     stored in 16 bits (var: uint16_t bit patterns; T = float);
 //   absl::Status ApplyHalfSlots(ctx, kind, hyper, dim, var, bf16_slots, rounding): the same
-//     with bfloat16 slots (uint16_t bit patterns), rounded back stochastically beside the row.
+//     with bfloat16 slots (uint16_t bit patterns), rounded back stochastically beside the row;
+//   absl::Status Track(ctx, tracker, step): after one of the Apply calls, tracker[row] = step
+//     for every distinct row (int64 device pointer).
 // kMaxIndices bounds the number of indices the device's launchers take.
 template <typename Device, typename T>
 class SparseApplyFunctor;
@@ -69,6 +71,9 @@ class SparseApplyOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("rounding_seed", &seed));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("row_stride", &rounding_.row_stride));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("row_offset", &rounding_.row_offset));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_trackers", &num_trackers_));
+    OP_REQUIRES(ctx, num_trackers_ <= 1,
+                ::tensorflow::errors::InvalidArgument("at most one tracker, not ", num_trackers_));
     rounding_.seed = static_cast<uint64_t>(seed);
   }
 
@@ -76,7 +81,7 @@ class SparseApplyOp : public tensorflow::OpKernel {
     namespace errors = ::tensorflow::errors;
     using ::tensorflow::Tensor;
     using ::tensorflow::Var;
-    const int num_slots = num_inputs() - 5;
+    const int num_slots = num_inputs() - 5 - num_trackers_;
     const Tensor& indices = ctx->input(num_slots + 1);
     const Tensor& grads = ctx->input(num_slots + 2);
     const Tensor& hyper_t = ctx->input(num_slots + 3);  // host memory on either device
@@ -87,12 +92,18 @@ class SparseApplyOp : public tensorflow::OpKernel {
     for (int i = 0; i <= num_slots; ++i) {
       OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, i), &vars[i]));
     }
-    const std::vector<Var*> order = LockOrder(vars);
+    // The tracker, when given, is locked and prepared with them but checked on its own.
+    tensorflow::core::RefCountPtr<Var> tracker;
+    if (num_trackers_ == 1) {
+      OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, num_slots + 5), &tracker));
+    }
+    const std::vector<Var*> order = LockOrder(vars, tracker.get());
     bool bf16_slots = false;
     {
       std::vector<std::unique_ptr<tensorflow::tf_shared_lock>> locks;
       for (Var* v : order) locks.push_back(std::make_unique<tensorflow::tf_shared_lock>(*v->mu()));
       OP_REQUIRES_OK(ctx, CheckVars(vars, label, &bf16_slots));
+      OP_REQUIRES_OK(ctx, CheckTracker(vars[0].get(), tracker.get(), label));
     }
     OptimizerHyper hyper;
     OP_REQUIRES_OK(ctx, ReadOptimizerHyper(hyper_t, kind_, num_slots, label, &hyper));
@@ -113,6 +124,7 @@ class SparseApplyOp : public tensorflow::OpKernel {
     std::vector<std::unique_ptr<tensorflow::mutex_lock>> locks;
     for (Var* v : order) locks.push_back(std::make_unique<tensorflow::mutex_lock>(*v->mu()));
     OP_REQUIRES_OK(ctx, CheckVars(vars, label, &bf16_slots));
+    OP_REQUIRES_OK(ctx, CheckTracker(vars[0].get(), tracker.get(), label));
     const tensorflow::TensorShape shape = vars[0]->tensor()->shape();
     OP_REQUIRES(ctx, shape.dim_size(1) == dim,
                 errors::InvalidArgument(label, ": gradient rows have ", dim, " columns, the ",
@@ -155,14 +167,19 @@ class SparseApplyOp : public tensorflow::OpKernel {
             return rows.ApplyHalf(ctx, kind_, hyper, dim, bits, slots, rounding);
           }
         }));
+    if (tracker) {
+      OP_REQUIRES_OK(ctx, rows.Track(ctx, tracker->tensor()->flat<int64_t>().data(), step));
+    }
   }
 
  private:
-  // The distinct variables, in address order.
+  // The distinct variables (and the tracker, if any), in address order.
   static std::vector<tensorflow::Var*> LockOrder(
-      const std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>>& vars) {
+      const std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>>& vars,
+      tensorflow::Var* tracker) {
     std::vector<tensorflow::Var*> order;
     for (auto& v : vars) order.push_back(v.get());
+    if (tracker != nullptr) order.push_back(tracker);
     std::sort(order.begin(), order.end());
     order.erase(std::unique(order.begin(), order.end()), order.end());
     return order;
@@ -196,8 +213,30 @@ class SparseApplyOp : public tensorflow::OpKernel {
     return absl::OkStatus();
   }
 
+  // Under the locks: the tracker (if any) an initialized int64 vector with one entry per row,
+  // and not the table or a slot.
+  static absl::Status CheckTracker(tensorflow::Var* table, tensorflow::Var* tracker,
+                                   const std::string& label) {
+    if (tracker == nullptr) return absl::OkStatus();
+    if (tracker == table) {
+      return tensorflow::errors::InvalidArgument(label, ": the tracker is the table itself");
+    }
+    if (!tracker->is_initialized) {
+      return tensorflow::errors::FailedPrecondition(label, ": the tracker is not initialized");
+    }
+    const tensorflow::Tensor& t = *tracker->tensor();
+    const int64_t rows = table->tensor()->dim_size(0);
+    if (t.dtype() != tensorflow::DT_INT64 || t.dims() != 1 || t.dim_size(0) != rows) {
+      return tensorflow::errors::InvalidArgument(label, ": the tracker must be int64 [", rows,
+                                                 "], got ", tensorflow::DataTypeString(t.dtype()),
+                                                 " ", t.shape().DebugString());
+    }
+    return absl::OkStatus();
+  }
+
   OptimizerKind kind_;
   std::string name_;
+  int num_trackers_ = 0;
   HalfRounding rounding_;  // seed and row numbering; the format and step come per call
 };
 

@@ -31,7 +31,9 @@ REGISTER_OP("SokLiteSparseApply")
     .Input("grads: dtype")
     .Input("hyper: float64")
     .Input("step: int64")
+    .Input("trackers: num_trackers * resource")
     .Attr("num_slots: int >= 0")
+    .Attr("num_trackers: int >= 0 = 0")
     .Attr("dtype: {float, double}")
     .Attr("kind: string")
     .Attr("var_name: string = ''")
@@ -52,6 +54,8 @@ step: the optimizer step being applied; with rounding_seed it draws the stochast
 kind: sgd | momentum | nesterov | adam | amsgrad | adagrad | rmsprop | ftrl | adamax | adadelta.
 row_stride, row_offset: the global row of local row r is r * row_stride + row_offset, so that
   the rounding of a row does not depend on the number of ranks.
+trackers: none, or one int64 variable of shape [rows of var]: each updated row's entry is set to
+  `step` in the same pass (which rows changed since a step, for incremental dumps).
 )doc");
 
 }  // namespace sok_lite

@@ -115,6 +115,12 @@ class SparseApplyFunctor<GPUDevice, float> {
         "apply_half_rows_bf16_slots");
   }
 
+  absl::Status Track(OpKernelContext* ctx, int64_t* tracker, int64_t step) {
+    if (u_ == 0) return absl::OkStatus();
+    return CudaStatus(sok_lite_cuda_mark_rows(rows_, u_, step, tracker, OpStream(ctx)),
+                      "mark_rows");
+  }
+
  private:
   // *g = the gradient of each distinct row: grads itself, or (repeated rows) their sums in
   // *summed_t.

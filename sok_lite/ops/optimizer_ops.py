@@ -20,6 +20,7 @@ def sparse_apply(
     rounding_seed: int = 0,
     row_stride: int = 1,
     row_offset: int = 0,
+    trackers: list[tf.Tensor] | tuple[tf.Tensor, ...] = (),
 ) -> tf.Operation:
     """Updates rows `indices` of a variable and its slots with gradient rows `grads`.
 
@@ -37,8 +38,10 @@ def sparse_apply(
         variable's stochastic rounding.
       row_stride, row_offset: global row = local row * row_stride + row_offset (the rounding of
         a row is then the same on any number of ranks).
+      trackers: none, or the handle of one int64 variable [rows]: the entry of each updated row
+        is set to `step` in the same pass.
     """
-    return run_op("sparse_apply", locals(), step=tf.cast(step, tf.int64))
+    return run_op("sparse_apply", locals(), step=tf.cast(step, tf.int64), trackers=list(trackers))
 
 
 tf.no_gradient("SokLiteSparseApply")

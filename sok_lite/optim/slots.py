@@ -110,8 +110,9 @@ def opt_slots(optimizer: Optimizer, var: tf.Variable) -> dict[str, tf.Variable]:
     return dict(_SLOTS.get(optimizer, {}).get(var.ref(), {}))
 
 
-def record_update(optimizer: Optimizer, var: tf.Variable, rows: tf.Tensor, step: tf.Tensor) -> None:
-    """Notes that optimizer step `step` changed local `rows` of static table `var`."""
+def update_tracker(optimizer: Optimizer, var: tf.Variable) -> tf.Variable:
+    """The int64 [local rows] variable holding, per row of static table `var`, the last
+    optimizer step that changed it (-1: none); the row-wise update op writes it."""
     per_var = _UPDATED.setdefault(optimizer, {})
     if var.ref() not in per_var:
         # A plain resource variable: it follows this shard, whatever strategy is in scope.
@@ -119,8 +120,7 @@ def record_update(optimizer: Optimizer, var: tf.Variable, rows: tf.Tensor, step:
             per_var[var.ref()] = ResourceVariable(
                 tf.fill([int(var.shape[0])], tf.constant(-1, tf.int64)), trainable=False
             )
-    steps = tf.fill(tf.shape(rows), step)
-    per_var[var.ref()].scatter_update(tf.IndexedSlices(steps, rows))
+    return per_var[var.ref()]
 
 
 def updated_since(optimizer: Optimizer, var: tf.Variable, since_step: int) -> tf.Tensor:
@@ -197,8 +197,8 @@ class TableSlots(OptimizerState):
     def slots(self, table: TableKind) -> list[tf.Variable]:
         return get_slots(self._optimizer, table, self._rule.slots)
 
-    def record_update(self, table: TableKind, rows: tf.Tensor, step: tf.Tensor) -> None:
-        record_update(self._optimizer, table, rows, step)
+    def update_tracker(self, table: TableKind) -> tf.Variable:
+        return update_tracker(self._optimizer, table)
 
     def changed_rows(self, table: TableKind, since_step: int) -> tf.Tensor:
         optimizer = self._optimizer

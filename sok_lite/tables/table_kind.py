@@ -274,8 +274,9 @@ class OptimizerState(abc.ABC):
         its `slot_variable`), in kernel order, created on first use."""
 
     @abc.abstractmethod
-    def record_update(self, table: TableKind, rows: tf.Tensor, step: tf.Tensor) -> None:
-        """Notes that step `step` changed the local `rows` of such a table."""
+    def update_tracker(self, table: TableKind) -> tf.Variable:
+        """The int64 variable, one entry per local row of such a table, that the row-wise
+        update sets to the step changing the row (created on first use)."""
 
     @abc.abstractmethod
     def changed_rows(self, table: TableKind, since_step: int) -> tf.Tensor:

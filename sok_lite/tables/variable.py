@@ -339,8 +339,8 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
             rounding_seed=self._rounding_seed,
             row_stride=stride,
             row_offset=offset,
+            trackers=[state.update_tracker(self).handle],
         )
-        state.record_update(self, grad.indices, step)
 
     def slot_variables(self, optimizer: Optimizer, rule: RowRule) -> list[tf.Variable]:
         state = optimizer_state(optimizer, rule)

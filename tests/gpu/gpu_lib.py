@@ -56,6 +56,7 @@ _SIGNATURES = {
     "sok_lite_cuda_apply_half_rows": _APPLY_HALF_ROWS,
     "sok_lite_cuda_apply_half_rows_bf16_slots": _APPLY_HALF_ROWS,
     "sok_lite_cuda_apply_rows": [*_APPLY_ARGS, _P],
+    "sok_lite_cuda_mark_rows": [_P, _I64, _I64, _P, _P],
 }
 
 
@@ -274,6 +275,12 @@ class Kernels:
     def apply_rows(self, kind, lr, weight_decay, params, rows, grads, var, slots):
         rc = self.apply_rows_rc(kind, lr, weight_decay, params, rows, grads, var, slots)
         _check(f"apply_rows({kind})", rc)
+
+    def mark_rows(self, rows, value, tracker):
+        rc = self.lib.sok_lite_cuda_mark_rows(
+            _ptr(rows), rows.size, value, _ptr(tracker), _stream()
+        )
+        _check("mark_rows", rc)
 
     # --- 16-bit tables: uint16 bit patterns, format 0 bfloat16 / 1 float16 ----------------------
 

@@ -184,6 +184,20 @@ def test_apply_rows_skips_negative_rows(kernels):
         np.testing.assert_allclose(got.get(), expected, **OPTIMIZER_TOL)
 
 
+def test_mark_rows(kernels):
+    """tracker[row] = value for each given row, negative rows skipped, the rest untouched."""
+    rng = np.random.default_rng(12)
+    tracker = rng.integers(-5, 5, 1000).astype(np.int64)
+    rows = rng.choice(1000, 300, replace=False).astype(np.int64)
+    rows[::7] = -1
+    d_tracker = cp.asarray(tracker)
+    kernels.mark_rows(cp.asarray(rows), 41, d_tracker)
+    tracker[rows[rows >= 0]] = 41
+    np.testing.assert_array_equal(d_tracker.get(), tracker)
+    kernels.mark_rows(cp.zeros(0, cp.int64), 42, d_tracker)  # no rows: nothing changes
+    np.testing.assert_array_equal(d_tracker.get(), tracker)
+
+
 def test_apply_rows_rejects_bad_arguments(kernels):
     var = cp.zeros((4, 4), F32)
     rows = cp.arange(2, dtype=cp.int64)

@@ -285,6 +285,7 @@ FINDINGS = [
             hyper=np.zeros([2]),
             step=np.array(1, I64),
             kind="adam",
+            trackers=[],
         ),
     ),
     Finding(
@@ -301,6 +302,7 @@ FINDINGS = [
             hyper=np.array([0.1, 0.0]),
             step=np.array(1, I64),
             kind="sgd",
+            trackers=[],
         ),
     ),
     Finding(

@@ -251,6 +251,21 @@ def sparse_apply(draw):
         invalid = f"gradient of shape {grads_shape} for {indices.size} rows of width {dim}"
     elif well_formed and any(i < 0 or i >= rows for i in indices.tolist()):
         invalid = "a row out of range"
+    trackers = []
+    if draw(st.booleans()):  # the rows-changed tracker: int64 [rows], rarely anything else
+        tracker = {"resource": "variable", "shape": [rows], "dtype": "int64", "fill": -1.0}
+        if rare(draw):
+            tracker["shape"] = draw(st.sampled_from([[rows + 1], [rows, 1], []]))
+        if rare(draw):
+            tracker["dtype"] = draw(st.sampled_from(["int32", "float32"]))
+        if rare(draw, 12):
+            tracker["resource"] = "missing"
+        if not invalid and tracker != {**tracker, "shape": [rows], "dtype": "int64"}:
+            invalid = f"a tracker of shape {tracker['shape']} and dtype {tracker['dtype']}"
+        elif not invalid and tracker["resource"] == "missing":
+            invalid = "a tracker that does not exist"
+        trackers.append(tracker)
     kwargs = {"var": var, "slots": slots, "indices": indices, "grads": grads, "hyper": hyper}
     kwargs |= {"step": np.array(draw(ints()), np.int64), "kind": kind, "var_name": "v"}
+    kwargs |= {"trackers": trackers}
     return Case("sok_lite_sparse_apply", kwargs, draw(st.booleans()), invalid)
