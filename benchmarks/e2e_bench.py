@@ -20,6 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from common import memory_setting  # noqa: E402
 from e2e_models import (  # noqa: E402
     MODELS,
     batches,
@@ -111,6 +112,7 @@ def chosen_models(args) -> list[str]:
 
 def main(argv=None):
     args = parse_args(argv)
+    print(memory_setting())
     cards = cardinalities(args.features, args.scale)
     data = batches(cards, args.batch, args.distinct_batches, args.multi_hot)
     ragged = args.multi_hot_input == "ragged"

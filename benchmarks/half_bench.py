@@ -18,7 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from common import cycling, time_blocks, zipf_ids  # noqa: E402
+from common import cycling, memory_setting, time_blocks, zipf_ids  # noqa: E402
 
 import sok_lite as sok  # noqa: E402
 
@@ -96,6 +96,7 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--skip-lookup", action="store_true", help="only the Adam step and memory")
     args = p.parse_args()
+    print(memory_setting())
     rng = np.random.default_rng(0)
     if not args.skip_lookup:
         lookup_part(args, rng)

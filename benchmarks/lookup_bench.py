@@ -13,7 +13,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from common import report, time_steps, zipf_ids  # noqa: E402
+from common import memory_setting, report, time_steps, zipf_ids  # noqa: E402
 
 import sok_lite as sok  # noqa: E402
 
@@ -27,6 +27,7 @@ def main():
     p.add_argument("--combiner", default="sum")
     p.add_argument("--iters", type=int, default=30)
     args = p.parse_args()
+    print(memory_setting())
 
     rng = np.random.default_rng(0)
     init = rng.standard_normal([args.rows, args.dim]).astype(np.float32)

@@ -12,7 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from common import cycling, report, time_steps  # noqa: E402
+from common import cycling, memory_setting, report, time_steps  # noqa: E402
 
 import sok_lite as sok  # noqa: E402
 
@@ -61,6 +61,7 @@ def main():
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--sizes", default="100000,1000000,10000000")
     args = p.parse_args()
+    print(memory_setting())
 
     ours_ms, keras_ms = time_steps(
         [

@@ -21,6 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from common import memory_setting  # noqa: E402
 
 import sok_lite as sok  # noqa: E402
 
@@ -86,6 +87,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    print(memory_setting())
     x, y = ratings()
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch).prefetch(2)
     steps = -(-RATINGS // args.batch)

@@ -32,6 +32,7 @@ def test_e2e_bench_times_every_model(tmp_path):
     assert all(m["step_ms"] > 0 and m["samples_per_s"] > 0 for m in result["models"].values())
     assert result["features"] == 3 and result["batch"] == 64
     assert "speed-up of sok_lite_static over plain Keras" in stdout
+    assert "transparent huge pages: " in stdout and "update: unfused" in stdout
 
 
 def test_e2e_bench_ragged_multi_hot_and_one_table_kind(tmp_path):
