@@ -7,19 +7,20 @@ updates in place while the SavedModel serves, still with plain TensorFlow ops on
   stored; an unseen key gets its initializer's row, as in the plain export.
 
 Consistency: a request never sees half of an update. An update runs in one tf.function that
-holds a mutex (a MutexV2 resource saved with the model) and counts `started` before its first
-change and sets `finished` after its last. A request reads `finished` then `started`, runs the
-model, and reads `started` again: when the three agree no update overlapped it and its outputs
-stand; otherwise it runs the model once more while holding the mutex (an update cannot run
-then). Requests never wait on each other, and an update costs no second copy of any table:
-the RAM it adds is the delta's own tensors (a snapshot of a hash table also exports that
-table's keys and rows once, to remove them).
+holds a mutex (a MutexV2 resource saved with the model); every request runs the model while
+holding the same mutex, so it sees the tables wholly before or wholly after an update. The
+cost: requests to one model run one at a time (TensorFlow has no reader-writer lock op, and
+an optimistic check of update counters around a request proved unreliable: TF does not
+order a request's table reads against plain counter reads firmly enough). An update costs no
+second copy of any table: the RAM it adds is the delta's own tensors (a snapshot of a hash
+table also exports that table's keys and rows once, to remove them).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import uuid
 from collections.abc import Callable, Sequence
 
 import tensorflow as tf
@@ -168,10 +169,16 @@ class UpdatableTable:
 
 
 class Mutex(tf.saved_model.experimental.TrackableResource):
-    """A MutexV2 resource that is saved with the model and re-created when it loads."""
+    """A MutexV2 resource that is saved with the model and re-created when it loads.
+
+    Named uniquely: unnamed, every mutex of a process would be the same one."""
+
+    def __init__(self) -> None:
+        self._shared_name = f"sok_lite_online_{uuid.uuid4().hex}"
+        super().__init__()
 
     def _create_resource(self) -> tf.Tensor:
-        return tf.raw_ops.MutexV2()
+        return tf.raw_ops.MutexV2(shared_name=self._shared_name)
 
     def run(self, fn: Callable[[], object]) -> object:
         """fn()'s outputs, computed while holding the mutex (in a traced function)."""
@@ -186,7 +193,7 @@ class Mutex(tf.saved_model.experimental.TrackableResource):
 
 class OnlineState(tf.Module):
     """What an updatable SavedModel holds besides the model: its tables, the delta it is at,
-    and the counters and mutex that keep requests off half-applied updates."""
+    and the mutex that keeps requests off half-applied updates."""
 
     def __init__(
         self, tables: Sequence[UpdatableTable], model_id: str, sequence: int, step: int
@@ -198,25 +205,13 @@ class OnlineState(tf.Module):
         self.model_id = model_id
         self.sequence = tf.Variable(sequence, dtype=tf.int64, trainable=False, name="sequence")
         self.step = tf.Variable(step, dtype=tf.int64, trainable=False, name="step")
-        self.started = tf.Variable(0, dtype=tf.int64, trainable=False, name="started")
-        self.finished = tf.Variable(0, dtype=tf.int64, trainable=False, name="finished")
         self.mutex = Mutex()
         with tf.init_scope():  # created now: a traced function would make one of its own
             self.mutex.resource_handle  # noqa: B018
 
     def consistent(self, run: Callable[[], object]) -> object:
-        """run()'s outputs from a state no update changed while it ran (see the module)."""
-        finished = self.finished.assign_add(0)
-        with tf.control_dependencies([finished]):
-            before = self.started.assign_add(0)
-        with tf.control_dependencies([before]):
-            outputs = run()
-        with tf.control_dependencies(tf.nest.flatten(outputs)):
-            after = self.started.assign_add(0)
-        clean = tf.equal(finished, before) & tf.equal(before, after)
-        return tf.cond(
-            clean, lambda: tf.nest.map_structure(tf.identity, outputs), lambda: self.mutex.run(run)
-        )
+        """run()'s outputs from a state no update changes while it runs (see the module)."""
+        return self.mutex.run(run)
 
     def input_signature(self) -> list[tf.TensorSpec]:
         """The apply signature's inputs: the header's fields, then per table t its
@@ -283,16 +278,12 @@ class OnlineState(tf.Module):
         snapshot: tf.Tensor,
         per_table: Sequence[Sequence[tf.Tensor]],
     ) -> tf.Tensor:
-        started = self.started.assign_add(1)
         changes: list[tf.Operation | tf.Tensor] = []
-        with tf.control_dependencies([started]):
-            for table, (keys, rows, deleted) in zip(self.tables, per_table):
-                changes += table.apply(keys, rows, deleted, snapshot)
+        for table, (keys, rows, deleted) in zip(self.tables, per_table):
+            changes += table.apply(keys, rows, deleted, snapshot)
         with tf.control_dependencies(changes):
             marks = [self.sequence.assign(sequence), self.step.assign(step)]
         with tf.control_dependencies(marks):
-            done = self.finished.assign(self.started.read_value())
-        with tf.control_dependencies([done]):
             return tf.constant(True)
 
     def state(self) -> dict[str, tf.Tensor]:

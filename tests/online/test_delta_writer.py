@@ -210,9 +210,16 @@ def test_requests_never_see_half_an_update(tmp_path):
     clicks.assign(keys, tf.zeros([rows, 2]))
 
     def predict(user_ids, click_ids):
-        ids = [tf.RaggedTensor.from_row_splits(x, [0, tf.size(x)]) for x in (user_ids, click_ids)]
-        users_sum, clicks_sum = sok.lookup_sparse([users, clicks], ids, combiners="mean")
-        return tf.concat([users_sum, clicks_sum], axis=1)
+        def mean(table, ids):
+            ids = tf.RaggedTensor.from_row_splits(ids, [0, tf.size(ids)])
+            return sok.lookup_sparse(table, ids, combiners="mean")
+
+        users_mean = mean(users, user_ids)
+        # Work between the two reads, which the second one waits for: an update landing
+        # between them would be seen by one read and not by the other.
+        square = tf.fill([256, 256], users_mean[0, 0])
+        later = tf.cast(tf.reduce_sum(tf.matmul(square, square)) * 0.0, tf.int64)
+        return tf.concat([users_mean, mean(clicks, click_ids + later)], axis=1)
 
     spec = [tf.TensorSpec([None], tf.int64)] * 2
     path = tmp_path / "served"
@@ -221,37 +228,45 @@ def test_requests_never_see_half_an_update(tmp_path):
     apply = loaded.signatures[delta_updater.APPLY_SIGNATURE]
     serve_fn = loaded.signatures["serving_default"]
     stop = threading.Event()
-    applied = []
+    applied, failed = [], []
 
     def update():
         k = 0
-        while not stop.is_set():
-            k += 1
-            apply(
-                model_id=tf.constant("m"),
-                sequence=tf.constant(k, tf.int64),
-                step=tf.constant(k, tf.int64),
-                snapshot=tf.constant(False),
-                t0_keys=keys,
-                t0_rows=tf.fill([rows, 2], float(k)),
-                t0_deleted=tf.zeros([0], tf.int64),
-                t1_keys=keys,
-                t1_rows=tf.fill([rows, 2], float(k)),
-                t1_deleted=tf.zeros([0], tf.int64),
-            )
-            applied.append(k)
+        try:
+            while not stop.is_set():
+                k += 1
+                apply(
+                    model_id=tf.constant("m"),
+                    sequence=tf.constant(k, tf.int64),
+                    step=tf.constant(k, tf.int64),
+                    snapshot=tf.constant(False),
+                    t0_keys=keys,
+                    t0_rows=tf.fill([rows, 2], float(k)),
+                    t0_deleted=tf.zeros([0], tf.int64),
+                    t1_keys=keys,
+                    t1_rows=tf.fill([rows, 2], float(k)),
+                    t1_deleted=tf.zeros([0], tf.int64),
+                )
+                applied.append(k)
+        except Exception as e:  # reported by the main thread
+            failed.append(e)
 
     thread = threading.Thread(target=update)
     thread.start()
     seen = set()
     user_ids = click_ids = tf.constant([0, rows - 1], tf.int64)
+    deadline = time.monotonic() + 120
     try:
-        for _ in range(300):
+        requests = 0
+        while (requests < 300 or len(applied) < 5) and not failed and time.monotonic() < deadline:
             out = list(serve_fn(user_ids=user_ids, click_ids=click_ids).values())[0].numpy()
             assert np.all(out == out[0, 0]), out  # one update's values everywhere
             seen.add(float(out[0, 0]))
+            requests += 1
     finally:
         stop.set()
         thread.join()
+    assert not failed, failed
+    assert len(applied) >= 5 and len(seen) > 1, (len(applied), seen)
     assert delta_updater.ModelState.of(loaded).sequence == applied[-1]
     assert len(seen) > 1  # requests ran between updates
