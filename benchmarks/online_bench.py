@@ -13,6 +13,9 @@ apply    seconds to read, check and apply it to the loaded model (delta_updater.
          and the same per million rows; also a snapshot's (every row of both tables).
 fresh    seconds from the start of the write to the applied model (write + apply): the
          staleness a server has beyond the writer's period.
+serve    requests per second (batches of 512 samples x 2 ids per table) from 1 and from 2
+         threads, the updatable export against the plain one: an updatable model runs its
+         requests one at a time (they hold the update mutex).
 ram      bytes per key of the served hash table (TF's MutableHashTable holding d values
          packed in int32 words): RSS growth of a fresh process inserting --rows keys, over
          --rows, next to the row's own bytes.
@@ -27,6 +30,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -130,6 +134,33 @@ def main() -> None:
     snap_seconds = time.perf_counter() - snap_start
     snap_rows = 2 * rows
 
+    sok.export_saved_model(predict, root / "plain", spec, tables)
+    plain = tf.saved_model.load(str(root / "plain"))
+    query = [tf.constant(np.arange(1024) % rows, tf.int64), tf.range(0, 1025, 2, tf.int64)] * 2
+
+    def rate(loaded, threads: int, requests: int = 200) -> float:
+        serve = loaded.signatures["serving_default"]
+        names = ["u_values", "u_splits", "c_values", "c_splits"]
+        serve(**dict(zip(names, query)))  # warm up
+
+        def run() -> None:
+            for _ in range(requests // threads):
+                serve(**dict(zip(names, query)))
+
+        workers = [threading.Thread(target=run) for _ in range(threads)]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return requests / (time.perf_counter() - start)
+
+    serving = {
+        f"{kind}_{threads}_threads": rate(loaded, threads)
+        for kind, loaded in (("updatable", model), ("plain", plain))
+        for threads in (1, 2)
+    }
+
     settings = vars(args)
     results = {
         "settings": settings,
@@ -143,6 +174,7 @@ def main() -> None:
         "snapshot_apply_seconds": snap_seconds,
         "snapshot_apply_seconds_per_million_rows": snap_seconds / snap_rows * 1e6,
         "freshness_seconds": applied - start,
+        "requests_per_second": serving,
         "served_hash_ram_bytes_per_key": _ram_per_key(rows, dim),
         "row_bytes": 4 * dim,
     }
