@@ -359,3 +359,15 @@ ALIASES = {
     "incremental_model_dump": "dump",
     "sparse_read_and_evict": "DynamicVariable.evict",
 }
+
+
+def failures_on_every_rank() -> list[tuple[str, Failure]]:
+    """(call, failure) of the failures that every rank of a job meets alike before any
+    exchange and that need no setup (a setup writes files: a job would need one rank to do
+    it), as the 2-rank failed-calls worker runs them."""
+    return [
+        (call, f)
+        for call, fs in FAILURES.items()
+        for f in fs
+        if f.alike_on_every_rank and f.setup is no_setup
+    ]

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import sok_lite as sok
 from tests.distributed.workers.report import Report
-from tests.robustness.failure_registry import FAILURES, no_setup
+from tests.robustness.failure_registry import failures_on_every_rank
 from tests.robustness.worlds import KINDS, assert_unchanged, make_world, snapshot
 
 hvd.init()
@@ -18,13 +18,7 @@ communicator = sok.init("horovod")
 out_dir = pathlib.Path(sys.argv[1])
 report = Report(out_dir, hvd.rank())
 
-# Failures with a setup write files (a job would need one rank to do it).
-FAILURES_ON_EVERY_RANK = [
-    (call, f)
-    for call, fs in FAILURES.items()
-    for f in fs
-    if f.alike_on_every_rank and f.setup is no_setup
-]
+FAILURES_ON_EVERY_RANK = failures_on_every_rank()
 
 
 def sync() -> None:
