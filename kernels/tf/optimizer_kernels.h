@@ -213,14 +213,11 @@ class SparseApplyOp : public tensorflow::OpKernel {
     return absl::OkStatus();
   }
 
-  // Under the locks: the tracker (if any) an initialized int64 vector with one entry per row,
-  // and not the table or a slot.
+  // Under the locks: the tracker (if any) an initialized int64 vector with one entry per row
+  // (so never the table or a slot, which hold floating-point rows).
   static absl::Status CheckTracker(tensorflow::Var* table, tensorflow::Var* tracker,
                                    const std::string& label) {
     if (tracker == nullptr) return absl::OkStatus();
-    if (tracker == table) {
-      return tensorflow::errors::InvalidArgument(label, ": the tracker is the table itself");
-    }
     if (!tracker->is_initialized) {
       return tensorflow::errors::FailedPrecondition(label, ": the tracker is not initialized");
     }

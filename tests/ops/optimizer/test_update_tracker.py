@@ -102,3 +102,13 @@ def test_keras_steps_fill_the_tracker_through_the_op():
     np.testing.assert_array_equal(tracker, expected)
     ops = {op.type for op in step.get_concrete_function().graph.get_operations()}
     assert "SokLiteSparseApply" in ops and "ResourceScatterUpdate" not in ops
+
+
+def test_the_table_as_its_own_tracker_is_refused():
+    _, table, slots, hyper = _adam_inputs(5)
+    before = table.numpy().copy()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="tracker must be int64"):
+        sparse_apply(table.handle, [s.handle for s in slots], np.array([1], np.int64),
+                     np.ones([1, DIM], np.float32), hyper, "adam", "emb", step=1,
+                     trackers=[table.handle])  # fmt: skip
+    np.testing.assert_array_equal(table.numpy(), before)
