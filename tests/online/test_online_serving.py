@@ -70,6 +70,23 @@ def test_a_delta_applied_twice_equals_it_applied_once(served):
     assert_served_equal(twice, expected(model, batch))
 
 
+def test_the_warm_up_changes_nothing(served):
+    model, loaded, writer = served
+    batch = one_id_batch(KEYS)
+    for _ in range(2):  # on the exported state, then on one a delta brought
+        before, state = serve(loaded, batch), delta_updater.ModelState.of(loaded)
+        delta_updater.warm_up(loaded)
+        assert delta_updater.ModelState.of(loaded) == state
+        after = serve(loaded, batch)
+        for name in before:
+            np.testing.assert_array_equal(after[name], before[name])
+        model.train(1, seed=state.sequence + 1)
+        assert delta_updater.apply_delta(loaded, writer.write()) is True
+    assert_served_equal(serve(loaded, batch), expected(model, batch))
+    with pytest.raises(delta_updater.DeltaError, match="no delta signatures"):
+        delta_updater.warm_up(tf.Module())
+
+
 def test_a_gap_is_refused_and_the_updater_takes_the_next_snapshot(served, tmp_path):
     model, loaded, writer = served
     paths = []
