@@ -30,6 +30,7 @@ import tensorflow as tf
 from sok_lite import comm
 from sok_lite._errors import table_label
 from sok_lite.io import delta_updater as protocol
+from sok_lite.io import manifest
 from sok_lite.io.checkpoint import _barrier
 from sok_lite.io.dump_target import _sync_dir
 from sok_lite.optim.optimizer_rules import unwrap
@@ -311,10 +312,11 @@ class DeltaWriter:
                 updates.append(update)
             names = protocol.table_files(t, rank)
             dtype = protocol.row_file_dtype(table.dtype.name)
+            key_dtype = _key_file_dtype(table)
             count = 0
             with open(tmp / names[0], "wb") as fk, open(tmp / names[1], "wb") as fr:
                 for keys, rows in self._changed(table, snapshot):
-                    fk.write(np.ascontiguousarray(keys, "<i8").tobytes())
+                    fk.write(np.ascontiguousarray(keys, key_dtype).tobytes())
                     fr.write(np.ascontiguousarray(rows, dtype).tobytes())
                     count += len(keys)
                     if update is not None and not snapshot:
@@ -324,12 +326,13 @@ class DeltaWriter:
                 fd.write(np.ascontiguousarray(deleted, "<i8").tobytes())
                 _sync(fd)
             counts = (count, count, len(deleted))
-            for file_name, n in zip(names, counts):
+            for file_name, n, element in zip(names, counts, (key_dtype, dtype.str, "<i8")):
                 path = tmp / file_name
                 files[file_name] = {
                     "bytes": path.stat().st_size,
-                    "sha256": protocol.file_sha256(path),
+                    "sha256": manifest.sha256(path),
                     "count": n,
+                    "dtype": element,
                 }
         with open(tmp / f"rank{rank}.json", "w") as f:
             json.dump(files, f)
@@ -386,6 +389,14 @@ def _table_meta(table: TableKind) -> dict[str, object]:
         "dim": meta["dim"],
         "dtype": table.dtype.name,
     }
+
+
+def _key_file_dtype(table: TableKind) -> str:
+    """The element type of a table's keys files: 4 bytes for the row ids of a static table of
+    at most 2^32 rows (a delta of d = 16 float32 rows is then 6% ids, not 12%), else 8."""
+    shape = table.checkpoint_meta().get("global_shape")
+    small = table.kind == "static" and isinstance(shape, list) and int(shape[0]) <= 1 << 32
+    return "<u4" if small else "<i8"
 
 
 def _sync(*files: IO[bytes] | IO[str]) -> None:

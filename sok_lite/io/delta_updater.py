@@ -41,6 +41,7 @@ _NAME = re.compile(r"(delta|snapshot)-(\d{12})")
 # The element type of a rows file for a table's dtype: float64 tables keep float64, every
 # other float table (16-bit ones widened exactly) float32.
 _ROW_FILE_DTYPES = {"float64": "<f8", "float32": "<f4", "bfloat16": "<f4", "float16": "<f4"}
+KEY_FILE_DTYPES = ("<i8", "<u4")  # uint32: ids of a static table of at most 2^32 rows
 
 
 class DeltaError(ValueError):
@@ -51,15 +52,6 @@ class DeltaError(ValueError):
 def delta_name(sequence: int, snapshot: bool) -> str:
     """The directory name of delta `sequence`."""
     return f"{'snapshot' if snapshot else 'delta'}-{sequence:012d}"
-
-
-def file_sha256(path: pathlib.Path) -> str:
-    """The hex SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def header_checksum(header: Mapping[str, object]) -> str:
@@ -91,11 +83,13 @@ class TableInfo:
 
 @dataclasses.dataclass(frozen=True)
 class FileInfo:
-    """A file of a delta as its header lists it: its size, entries (keys or rows) and hash."""
+    """A file of a delta as its header lists it: its size, entries (keys or rows), element
+    type (a NumPy dtype string) and hash."""
 
     size: int
     count: int
     sha256: str
+    dtype: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +163,10 @@ def parse_header(raw: dict[str, object], where: object) -> DeltaHeader:
     for name, f in fields.named_objects("files").items():
         info = _Fields(f, f"files[{name}].")
         files[name] = FileInfo(
-            info.integer("bytes"), info.integer("count"), info.get("sha256", str, "")
+            info.integer("bytes"),
+            info.integer("count"),
+            info.get("sha256", str, ""),
+            info.get("dtype", str, "", lambda v: v in (*KEY_FILE_DTYPES, "<f4", "<f8")),
         )
         fields.problems += info.problems
     header = DeltaHeader(
@@ -234,11 +231,15 @@ class Delta:
 
 
 def _read_array(
-    path: pathlib.Path, info: FileInfo, dtype: np.dtype[np.generic], width: int
+    path: pathlib.Path, info: FileInfo, dtypes: tuple[str, ...], width: int
 ) -> npt.NDArray[np.generic]:
-    """A file's values (flat), after checking its size and checksum against the header."""
+    """A file's values (flat), after checking its element type (one of `dtypes`), size and
+    checksum against the header."""
+    if info.dtype not in dtypes:
+        raise DeltaError(f"{path}: elements of type {info.dtype}, expected one of {dtypes}")
     if not path.is_file():
         raise DeltaError(f"{path}: missing file")
+    dtype = np.dtype(info.dtype)
     size = path.stat().st_size
     if size != info.size or size != info.count * width * dtype.itemsize:
         raise DeltaError(
@@ -267,7 +268,6 @@ def read_delta(path: str | os.PathLike[str]) -> Delta:
         )
     files = header.files
     tables = []
-    int64 = np.dtype("<i8")
     for t, meta in enumerate(header.tables):
         keys, rows, deleted = [], [], []
         dtype = row_file_dtype(meta.dtype)
@@ -278,10 +278,10 @@ def read_delta(path: str | os.PathLike[str]) -> Delta:
                 raise DeltaError(f"{path / HEADER}: no entry for {missing[0]}")
             if files[names[0]].count != files[names[1]].count:
                 raise DeltaError(f"{path / HEADER}: {names[0]} and {names[1]} differ in count")
-            keys.append(_read_array(path / names[0], files[names[0]], int64, 1))
-            r = _read_array(path / names[1], files[names[1]], dtype, meta.dim)
+            keys.append(_read_array(path / names[0], files[names[0]], KEY_FILE_DTYPES, 1))
+            r = _read_array(path / names[1], files[names[1]], (dtype.str,), meta.dim)
             rows.append(r.reshape(-1, meta.dim))
-            deleted.append(_read_array(path / names[2], files[names[2]], int64, 1))
+            deleted.append(_read_array(path / names[2], files[names[2]], ("<i8",), 1))
         k, r, d = (np.concatenate(x) for x in (keys, rows, deleted))
         tables.append(TableDelta(k.astype(np.int64), r.astype(dtype), d.astype(np.int64)))
     return Delta(path, header, tables)

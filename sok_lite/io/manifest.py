@@ -4,13 +4,12 @@ reads any row."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 from typing import Any, TypeAlias
 
 import numpy as np
-
-from sok_lite.io.delta_updater import file_sha256
 
 FORMAT = "sok_lite.checkpoint"
 VERSION = 1
@@ -30,8 +29,12 @@ class CheckpointError(ValueError):
 
 
 def sha256(path: pathlib.Path) -> str:
-    """The hex SHA-256 of a file's bytes (as deltas record theirs)."""
-    return file_sha256(path)
+    """The hex SHA-256 of a file's bytes (checkpoints and deltas record theirs)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_manifest(final: pathlib.Path) -> Manifest:

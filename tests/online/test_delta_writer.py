@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
-from sok_lite.io import delta_updater
+from sok_lite.io import delta_updater, manifest
 from tests.online.online_model import (
     OnlineModel,
     assert_served_equal,
@@ -63,6 +63,11 @@ def test_a_delta_holds_the_rows_changed_since_the_previous_one(tmp_path):
     delta = delta_updater.read_delta(writer.write())
     users, hashed = delta.tables
     assert sorted(users.keys.tolist()) == [3, 5]
+    # Row ids of a static table take 4 bytes, hash keys 8; rows 4 per float32 value.
+    files = delta.header.files
+    sizes = {n: (files[n].dtype, files[n].size) for n in ("t0.r0.keys", "t1.r0.keys")}
+    assert sizes == {"t0.r0.keys": ("<u4", 8), "t1.r0.keys": ("<i8", 16)}
+    assert (files["t0.r0.rows"].dtype, files["t0.r0.rows"].size) == ("<f4", 2 * 4 * 4)
     np.testing.assert_array_equal(users.rows[np.argsort(users.keys)], model.users.numpy()[[3, 5]])
     assert sorted(hashed.keys.tolist()) == [-2, 7]
     stored = dict(zip(*[a.numpy().tolist() for a in model.clicks.export()]))
@@ -119,7 +124,7 @@ def test_a_failed_write_leaves_no_delta_and_the_writer_as_it_was(tmp_path, monke
     model = OnlineModel()
     writer = model.writer(tmp_path / "deltas")
     model.train(1, seed=0)
-    real = delta_updater.file_sha256
+    real = manifest.sha256
     calls = []
 
     def failing(path):
@@ -128,12 +133,12 @@ def test_a_failed_write_leaves_no_delta_and_the_writer_as_it_was(tmp_path, monke
             raise OSError("disk full")
         return real(path)
 
-    monkeypatch.setattr(delta_updater, "file_sha256", failing)
+    monkeypatch.setattr(manifest, "sha256", failing)
     with pytest.raises(OSError, match="disk full"):
         writer.write()
     assert list((tmp_path / "deltas").iterdir()) == []
     assert (writer.sequence, writer.base_step) == (0, 0)
-    monkeypatch.setattr(delta_updater, "file_sha256", real)
+    monkeypatch.setattr(manifest, "sha256", real)
     path = writer.write()
     assert path.name == "delta-000000000001"
     assert delta_updater.read_delta(path).header.base_step == 0

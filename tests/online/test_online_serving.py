@@ -4,6 +4,7 @@ then serves what the training model computes; deltas are idempotent, a gap falls
 snapshot, damaged deltas change nothing, evicted keys are served as unseen keys."""
 
 import ast
+import json
 import pathlib
 
 import numpy as np
@@ -141,7 +142,17 @@ def flip_byte(path, offset=0):
     path.write_bytes(bytes(data))
 
 
+def retype_keys(d, dtype):
+    """Declares t0.r0.keys of another element type in a header that stays well formed."""
+    header = json.loads((d / "header.json").read_text())
+    header["files"]["t0.r0.keys"]["dtype"] = dtype
+    header["checksum"] = delta_updater.header_checksum(header)
+    (d / "header.json").write_text(json.dumps(header))
+
+
 DAMAGES = {
+    "keys typed as floats": (lambda d: retype_keys(d, "<f8"), "elements of type <f8"),
+    "keys retyped": (lambda d: retype_keys(d, "<i8"), "truncated or overwritten"),
     "flipped rows": (lambda d: flip_byte(d / "t1.r0.rows", 5), "checksum mismatch"),
     "truncated keys": (
         lambda d: (d / "t0.r0.keys").write_bytes((d / "t0.r0.keys").read_bytes()[:-3]),
