@@ -1,13 +1,18 @@
-"""A Criteo-shaped DLRM under model.fit: plain Keras, sok_lite static and hash tables, the floor.
+"""A DLRM under model.fit: plain Keras, sok_lite static and hash tables, the floor.
 
-Usage: python benchmarks/e2e_bench.py [--scale 1.0] [--tables static|dynamic|both]
-         [--features 26] [--batch 4096] [--multi-hot 0] [--models ...] [--json PATH]
+Usage: python benchmarks/e2e_bench.py [--model criteo-dlrm|deeprec-dlrm] [--scale 1.0]
+         [--tables static|dynamic|both] [--features 26] [--batch N] [--multi-hot 0]
+         [--precisions float32 mixed_bfloat16 ...] [--models ...] [--json PATH]
 
 The workload (benchmarks/e2e_models.py): 13 dense inputs, `--features` categorical features of
-one id each, Zipf(1.1) ids, d = 16, Adam 1e-3. `--scale` multiplies the tables' rows (1.0: 29M
-rows over 26 features). All models are built in this process; blocks of fit steps alternate
-between them (each block as long as --block-seconds, at least --min-steps steps) for --rounds
-rounds, and each model's step time is the median over its blocks of the per-block median step.
+one id each, Zipf(1.1) ids, d = 16, Adam. `--model criteo-dlrm` (default): Criteo-like tables
+(`--scale` 1.0: 29M rows over 26 features), small MLPs, batch 4,096; `--model deeprec-dlrm`:
+the tables, MLPs, optimizer and batch of DeepRec's modelzoo DLRM, whose published throughput
+it prints beside ours per core. Each precision of `--precisions` (a Keras dtype policy) builds
+every model once more under that policy. All models are built in this process; blocks of fit
+steps alternate between them (each block as long as --block-seconds, at least --min-steps
+steps) for --rounds rounds, and each model's step time is the median over its blocks of the
+per-block median step.
 """
 
 import argparse
@@ -22,6 +27,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from common import memory_setting  # noqa: E402
 from e2e_models import (  # noqa: E402
+    ARCHITECTURES,
     MODELS,
     batches,
     build_model,
@@ -29,6 +35,9 @@ from e2e_models import (  # noqa: E402
     dataset,
     ragged_multi_hot,
 )
+
+# DeepRec's modelzoo DLRM, FP32 + BF16, on 4 cores (8 vCPUs): samples/s of its README.
+DEEPREC_SAMPLES_PER_S = 60_907.11
 
 
 class StepTimes(keras.callbacks.Callback):
@@ -52,9 +61,14 @@ class StepTimes(keras.callbacks.Callback):
 class Runner:
     """One model and its endless input; run_block() trains a block of steps."""
 
-    def __init__(self, kind, cards, data, multi_hot, ragged):
-        self.kind = kind
-        self.model = build_model(kind, cards, multi_hot, ragged)
+    def __init__(self, kind, cards, data, multi_hot, ragged, arch, precision):
+        self.kind = kind if precision == "float32" else f"{kind}@{precision}"
+        self.precision = precision
+        keras.mixed_precision.set_global_policy(precision)
+        try:
+            self.model = build_model(kind, cards, multi_hot, ragged, arch)
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
         self.data = dataset(data, ragged)
         self.block_ms = []
         self.step_s = None
@@ -84,6 +98,7 @@ class Runner:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", choices=sorted(ARCHITECTURES), default="criteo-dlrm")
     p.add_argument("--scale", type=float, default=1.0, help="multiplies every table's rows")
     p.add_argument("--tables", choices=("static", "dynamic", "both"), default="both")
     p.add_argument("--features", type=int, default=26, help="one-hot categorical features")
@@ -94,7 +109,13 @@ def parse_args(argv=None):
         default="ragged",
         help="how sok_lite models get it (plain Keras always gets it padded with -1)",
     )
-    p.add_argument("--batch", type=int, default=4096)
+    p.add_argument("--batch", type=int, help="default: the model's (4,096 or 512)")
+    p.add_argument(
+        "--precisions",
+        nargs="+",
+        default=["float32"],
+        choices=("float32", "mixed_float16", "mixed_bfloat16"),
+    )
     p.add_argument("--distinct-batches", type=int, default=100, help="batches drawn, then cycled")
     p.add_argument("--models", nargs="+", choices=MODELS, help="default: all (per --tables)")
     p.add_argument("--rounds", type=int, default=5)
@@ -112,16 +133,26 @@ def chosen_models(args) -> list[str]:
 
 def main(argv=None):
     args = parse_args(argv)
+    args.batch = args.batch or ARCHITECTURES[args.model].batch
     print(memory_setting())
-    cards = cardinalities(args.features, args.scale)
+    cards = cardinalities(args.features, args.scale, args.model)
     data = batches(cards, args.batch, args.distinct_batches, args.multi_hot)
     ragged = args.multi_hot_input == "ragged"
     print(
-        f"e2e: {args.features} features, {sum(cards):,} rows, batch {args.batch}, d=16, "
-        f"multi-hot {args.multi_hot}"
+        f"e2e: {args.model}, {args.features} features, {sum(cards):,} rows, batch {args.batch}, "
+        f"d=16, multi-hot {args.multi_hot}, precisions {' '.join(args.precisions)}"
     )
     runners = [
-        Runner(kind, cards, data, args.multi_hot, ragged_multi_hot(kind, args.multi_hot, ragged))
+        Runner(
+            kind,
+            cards,
+            data,
+            args.multi_hot,
+            ragged_multi_hot(kind, args.multi_hot, ragged),
+            args.model,
+            precision,
+        )
+        for precision in args.precisions
         for kind in chosen_models(args)
     ]
     for r in runners:
@@ -130,23 +161,41 @@ def main(argv=None):
         for r in runners:
             r.run_block(args.block_seconds, args.min_steps)
     results = {}
-    floor = None
+    floors = {}
+    cores = len(os.sched_getaffinity(0))
     for r in runners:
         ms = float(np.median(r.block_ms))
-        results[r.kind] = {"step_ms": ms, "samples_per_s": args.batch / ms * 1e3}
-        floor = ms if r.kind == "floor" else floor
-    print(f"{'model':<20s} {'ms/step':>9s} {'samples/s':>11s} {'minus floor':>12s}")
-    for kind, res in results.items():
-        extra = f"{res['step_ms'] - floor:10.1f} ms" if floor is not None else ""
-        print(f"{kind:<20s} {res['step_ms']:9.1f} {res['samples_per_s']:11,.0f} {extra:>12s}")
-    if "plain_keras" in results:
+        rate = args.batch / ms * 1e3
+        results[r.kind] = {"step_ms": ms, "samples_per_s": rate, "per_core": rate / cores}
+        if r.kind.split("@")[0] == "floor":
+            floors[r.precision] = ms
+    print(f"{'model':<32s} {'ms/step':>9s} {'samples/s':>11s} {'per core':>9s} {'- floor':>10s}")
+    for r in runners:
+        res, floor = results[r.kind], floors.get(r.precision)
+        extra = f"{res['step_ms'] - floor:7.1f} ms" if floor is not None else ""
+        print(
+            f"{r.kind:<32s} {res['step_ms']:9.1f} {res['samples_per_s']:11,.0f} "
+            f"{res['per_core']:9,.0f} {extra:>10s}"
+        )
+    for precision in args.precisions:
+        tag = "" if precision == "float32" else f"@{precision}"
+        plain = results.get("plain_keras" + tag)
         for kind in ("sok_lite_static", "sok_lite_dynamic"):
-            if kind in results:
-                ratio = results["plain_keras"]["step_ms"] / results[kind]["step_ms"]
-                print(f"speed-up of {kind} over plain Keras: {ratio:.2f}x")
+            if plain and kind + tag in results:
+                ratio = plain["step_ms"] / results[kind + tag]["step_ms"]
+                print(f"speed-up of {kind + tag} over plain Keras: {ratio:.2f}x")
+    if args.model == "deeprec-dlrm":
+        print(
+            f"DeepRec's published figure for this model (modelzoo/dlrm/README.md, 4 cores / 8 "
+            f"vCPUs of a Xeon 8369HC, batch 512): {DEEPREC_SAMPLES_PER_S:,.0f} samples/s "
+            f"(FP32 + BF16), {DEEPREC_SAMPLES_PER_S / 4:,.0f} per core; here {cores} cores"
+        )
     if args.json:
         record = {
             "benchmark": "e2e",
+            "model": args.model,
+            "precisions": args.precisions,
+            "cores": cores,
             "scale": args.scale,
             "features": args.features,
             "multi_hot": args.multi_hot,

@@ -1,8 +1,15 @@
-"""The models and data of benchmarks/e2e_bench.py: a Criteo-shaped DLRM in four variants.
+"""The models and data of benchmarks/e2e_bench.py: a DLRM in four variants, of two shapes.
 
 13 dense inputs and `features` categorical features of one id each (plus, optionally, a ragged
-multi-hot feature), d = 16. The dense part is Dense(64)-Dense(16) on the dense inputs; its
-output and the embeddings are concatenated into Dense(128)-Dense(1) (a logit).
+multi-hot feature), d = 16. A bottom MLP on the dense inputs ends in 16 units; its output and
+the embeddings are concatenated into a top MLP and a logit. The shapes (ARCHITECTURES):
+
+- criteo-dlrm: Criteo-like cardinalities (29M rows at scale 1.0), bottom 64-16, top 128,
+  Adam 1e-3, batch 4,096.
+- deeprec-dlrm: DeepRec's modelzoo DLRM at its defaults (modelzoo/dlrm/train.py): every
+  feature hashed into 10,000 buckets, bottom 512-256-64-16 with batch normalization after each
+  layer, the embeddings concatenated with the bottom output (its default "cat" interaction),
+  top 512-256, Adam 0.01, batch 512.
 
 - plain_keras: one keras.layers.Embedding per feature (Keras applies Adam to whole tables).
 - sok_lite_static: one sok.keras.EmbeddingCollection of fixed-size tables.
@@ -10,6 +17,8 @@ output and the embeddings are concatenated into Dense(128)-Dense(1) (a logit).
 - floor: the same inputs and dense layers, the embeddings replaced by Dense(16) on the dense
   inputs: what a step costs without any table.
 """
+
+import dataclasses
 
 import keras
 import numpy as np
@@ -25,9 +34,28 @@ MODELS = ("plain_keras", "sok_lite_static", "sok_lite_dynamic", "floor")
 MULTI_HOT = "multi_hot"
 
 
-def cardinalities(features: int, scale: float) -> list[int]:
-    """Rows per feature: the Criteo list cycled to `features` entries, times `scale`."""
-    return [max(2, int(CARDINALITIES[i % len(CARDINALITIES)] * scale)) for i in range(features)]
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """The tables and dense layers of one workload."""
+
+    rows: tuple[int, ...]  # rows per feature at scale 1.0, cycled to the features asked for
+    bottom: tuple[int, ...]  # Dense + ReLU layers on the dense inputs; the last has DIM units
+    top: tuple[int, ...]  # Dense + ReLU layers before the logit
+    batch_norm: bool  # BatchNormalization after each bottom layer
+    learning_rate: float
+    batch: int  # the batch a run takes unless told otherwise
+
+
+ARCHITECTURES = {
+    "criteo-dlrm": Architecture(tuple(CARDINALITIES), (64, DIM), (128,), False, 1e-3, 4096),
+    "deeprec-dlrm": Architecture((10_000,), (512, 256, 64, DIM), (512, 256), True, 1e-2, 512),
+}
+
+
+def cardinalities(features: int, scale: float, arch: str = "criteo-dlrm") -> list[int]:
+    """Rows per feature: the architecture's list cycled to `features` entries, times `scale`."""
+    rows = ARCHITECTURES[arch].rows
+    return [max(2, int(rows[i % len(rows)] * scale)) for i in range(features)]
 
 
 def batches(cards, batch, count, multi_hot, seed=0) -> list[dict]:
@@ -109,18 +137,26 @@ def _embeddings(kind, inputs, cards, multi_hot) -> list:
     return [out[s.name] for s in specs]
 
 
-def build_model(kind: str, cards, multi_hot: int = 0, ragged: bool = False) -> keras.Model:
-    """The compiled model `kind` (one of MODELS): Adam 1e-3, binary cross-entropy.
+def build_model(
+    kind: str, cards, multi_hot: int = 0, ragged: bool = False, arch: str = "criteo-dlrm"
+) -> keras.Model:
+    """The compiled model `kind` (one of MODELS) of architecture `arch`: Adam, binary
+    cross-entropy. Under a mixed-precision policy the logit stays float32.
 
     ragged: the multi-hot feature is a ragged input (else dense, padded with -1).
     """
+    shape = ARCHITECTURES[arch]
     inputs = _inputs(cards, multi_hot, ragged)
-    dense = keras.layers.Dense(64, activation="relu")(inputs["numeric"])
-    dense = keras.layers.Dense(DIM, activation="relu")(dense)
+    dense = inputs["numeric"]
+    for units in shape.bottom:
+        dense = keras.layers.Dense(units, activation="relu")(dense)
+        if shape.batch_norm:
+            dense = keras.layers.BatchNormalization()(dense)
     h = keras.layers.Concatenate()([dense] + _embeddings(kind, inputs, cards, multi_hot))
-    h = keras.layers.Dense(128, activation="relu")(h)
-    model = keras.Model(inputs, keras.layers.Dense(1)(h))
-    optimizer = keras.optimizers.Adam(1e-3)
+    for units in shape.top:
+        h = keras.layers.Dense(units, activation="relu")(h)
+    model = keras.Model(inputs, keras.layers.Dense(1, dtype="float32")(h))
+    optimizer = keras.optimizers.Adam(shape.learning_rate)
     if kind.startswith("sok_lite"):
         optimizer = sok.keras.OptimizerWrapper(optimizer)
     model.compile(optimizer=optimizer, loss=keras.losses.BinaryCrossentropy(from_logits=True))

@@ -39,3 +39,14 @@ def test_e2e_bench_ragged_multi_hot_and_one_table_kind(tmp_path):
     result, _ = run_bench(tmp_path, "--multi-hot", "4", "--tables", "dynamic")
     assert set(result["models"]) == MODELS - {"sok_lite_static"}
     assert result["multi_hot"] == 4 and result["multi_hot_input"] == "ragged"
+
+
+def test_e2e_bench_deeprec_model_under_mixed_precision(tmp_path):
+    result, stdout = run_bench(
+        tmp_path, "--model", "deeprec-dlrm", "--precisions", "float32", "mixed_bfloat16"
+    )
+    mixed = {f"{m}@mixed_bfloat16" for m in MODELS}
+    assert set(result["models"]) == MODELS | mixed
+    assert result["model"] == "deeprec-dlrm" and result["cores"] >= 1
+    assert "speed-up of sok_lite_static@mixed_bfloat16 over plain Keras" in stdout
+    assert "DeepRec's published figure" in stdout
