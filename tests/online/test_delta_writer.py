@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import sok_lite as sok
 from sok_lite.io import delta_updater, manifest
+from sok_lite.io.delta import _distinct
 from tests.online.online_model import (
     OnlineModel,
     assert_served_equal,
@@ -275,3 +276,9 @@ def test_requests_never_see_half_an_update(tmp_path):
     assert len(applied) >= 5 and len(seen) > 1, (len(applied), seen)
     assert delta_updater.ModelState.of(loaded).sequence == applied[-1]
     assert len(seen) > 1  # requests ran between updates
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 1000])
+def test_the_writers_distinct_keys_equal_numpys(size):
+    keys = np.random.default_rng(size).integers(-(2**62), 2**62, size) // 2**60  # repeats
+    np.testing.assert_array_equal(_distinct(keys), np.unique(keys))
