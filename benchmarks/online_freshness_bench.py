@@ -24,8 +24,9 @@ The floor under it, per delta: write (trainer wall and CPU seconds of DeltaWrite
 training waits for), ship + poll (the delta's `created` to the server starting to read it: the
 filesystem and the poll period), read (read_delta: sizes, SHA-256), apply (apply_delta: seconds
 and seconds per million rows), and the wait for the next request. Bytes per delta against the
-changed rows' values (and values + 8-byte keys), and against the full export. Request latency
-(p50/p99 ms) idle, during training between applies, and overlapping an apply; failed requests.
+changed rows' values (the rest: keys, and the header and file lists), and against the full
+export. Request latency (p50/p99 ms) idle, during training between applies, and overlapping an
+apply; failed requests.
 """
 
 import argparse
@@ -53,7 +54,6 @@ from sok_lite.tables.table_kind import TableKind  # noqa: E402
 SERVER = pathlib.Path(__file__).with_name("online_freshness_server.py")
 MODEL_ID = "dlrm"
 VALUE_BYTES = 4  # float32 rows in a delta
-KEY_BYTES = 8  # int64 keys in a delta
 WARMUP_STEPS = 2  # compile the train function before the export and the measured run
 TARGET = {"p50_s": 15.0, "p99_s": 30.0}
 
@@ -175,6 +175,7 @@ def per_delta(timings, served_side, requests, step_ends, first_step, events) -> 
         weights = events[(steps - first_step) % len(events)]
         rows = s["rows"]
         meta = sum(f.stat().st_size for f in path.glob("*.json"))  # header, rank lists
+        keys = sum(f.stat().st_size for f in path.glob("*.keys"))
         size = dir_bytes(path)
         out.append(
             {
@@ -184,9 +185,8 @@ def per_delta(timings, served_side, requests, step_ends, first_step, events) -> 
                 "rows": rows,
                 "bytes": size,
                 "header_bytes": meta,
+                "key_bytes": keys,
                 "bytes_over_values": (size - meta) / max(1, rows * DIM * VALUE_BYTES),
-                "bytes_over_keys_and_values": (size - meta)
-                / max(1, rows * (DIM * VALUE_BYTES + KEY_BYTES)),
                 "write_wall_s": t["write_wall_s"],
                 "write_cpu_s": t["write_cpu_s"],
                 "write_thread_cpu_s": t["write_thread_cpu_s"],
@@ -267,8 +267,8 @@ def summarize(args, cards, deltas, server, step_ends, export_bytes) -> dict:
                 "apply_s",
                 "apply_s_per_million_rows",
                 "apply_to_served_s",
+                "key_bytes",
                 "bytes_over_values",
-                "bytes_over_keys_and_values",
             )
         },
         "export_bytes": export_bytes,
