@@ -46,6 +46,7 @@ _BASE = "tensorflow.python.trackable.base"
 _LEGACY = "tf_keras.src.optimizers.legacy.optimizer_v2"
 _LSO = "keras.optimizers.LossScaleOptimizer"
 _SUMMARY_UTILS = "keras.src.utils.summary_utils"
+_OBJECT_GRAPH = "tensorflow.core.protobuf.trackable_object_graph_pb2"
 NAMES: dict[str, PrivateName] = {
     n.name: n
     for n in (
@@ -75,6 +76,7 @@ NAMES: dict[str, PrivateName] = {
         PrivateName(f"{_LEGACY}.OptimizerV2._iterations", "iterations"),
         PrivateName("tf_keras.src.optimizers.optimizer.Optimizer._iterations", "iterations"),
         PrivateName("sys._getframe"),
+        PrivateName(f"{_OBJECT_GRAPH}.TrackableObjectGraph"),
     )
 }
 
@@ -113,6 +115,9 @@ FEATURES: dict[str, tuple[str, ...]] = {
     ),
     "hash tables in sok_lite.keras layers (weight counts of model.summary())": _SUMMARY,
     "tf_keras optimizers": tuple(n for n in NAMES if n.startswith("tf_keras.")),
+    "export_saved_model (the tables' checkpoint entries)": (
+        f"{_OBJECT_GRAPH}.TrackableObjectGraph",
+    ),
 }
 
 
@@ -250,6 +255,15 @@ def check_numerics_enabled() -> bool:
     thread, in the state that disable_check_numerics() clears)."""
     require("optimizer steps under tf.debugging.enable_check_numerics")
     return hasattr(_check_numerics_state, "check_numerics_callback")
+
+
+def trackable_object_graph(serialized: bytes) -> Any:
+    """The TrackableObjectGraph proto of a checkpoint's object graph entry: which checkpoint
+    keys hold which saved object's values."""
+    require("export_saved_model (the tables' checkpoint entries)")
+    graph = _resolve(f"{_OBJECT_GRAPH}.TrackableObjectGraph")()
+    graph.ParseFromString(serialized)
+    return graph
 
 
 def op_def(op_type: str) -> Any:

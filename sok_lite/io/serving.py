@@ -2,9 +2,10 @@
 
 The model is traced once more in "serving mode", in which lookup_sparse reads plain copies of
 the tables instead of calling sok_lite's ops: a static table becomes one tf.Variable with the
-whole table; a DynamicVariable becomes a tf.lookup.StaticHashTable from key to row plus a value
-matrix, and a key it does not hold gets the row the training table would have created for it
-(the initializer, computed with plain TF ops). The export refuses a traced graph that still
+whole table; a DynamicVariable becomes a tf.lookup.experimental.MutableHashTable from key to row
+plus a value matrix (restored from the checkpoint, so no key is a constant of the graph), and a
+key it does not hold gets the row the training table would have created for it (the
+initializer, computed with plain TF ops). The export refuses a traced graph that still
 holds a SokLite op (a table missing from `tables`, say), so what it writes loads in a process
 that never imports sok_lite.
 
@@ -12,7 +13,11 @@ The signature's inputs are named after the exported function's parameters (see
 `export_saved_model`). With updatable=True the tables are those of
 sok_lite.io.serving_updatable instead, which take deltas in place while serving.
 
-Memory: the exporting process holds every table whole (gathered from all ranks) once.
+Memory: no rank holds a table whole. The SavedModel is saved with placeholder tables (a rows
+variable shaped [None, dim], an empty key map); then every table's rows stream into its
+checkpoint, sok_lite.io.serving_stream.PIECE_ROWS rows a round over all ranks: beside its own
+shard, a rank holds about a round's rows (a disk tier is read a piece at a time). The model is
+written beside `path` and moved there at the end. The serving process loads the tables whole.
 """
 
 from __future__ import annotations
@@ -20,52 +25,47 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import pathlib
 from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite._errors import table_label
+from sok_lite.io import serving_stream
 from sok_lite.io.serving_init import initial_rows
-from sok_lite.io.serving_updatable import OnlineState, UpdatableTable
+from sok_lite.io.serving_updatable import OnlineState, UpdatableTable, placeholder_rows
 from sok_lite.lookup.exported import ServingTable as ServingLookup
 from sok_lite.lookup.exported import serving_copies
 from sok_lite.tables.initializers import RowInitializer
 from sok_lite.tables.table_dtypes import row_dtype
-from sok_lite.tables.table_kind import ServingRows, TableKind
+from sok_lite.tables.table_kind import ServingLayout, TableKind
 
 _OP_PREFIX = "SokLite"
 
 
 @dataclasses.dataclass
 class ServingTable:
-    """A table as plain TF resources: rows (and, for hash tables, a key -> row map)."""
+    """A table as plain TF resources: rows (and, for hash tables, a key -> row map).
+
+    Exported with placeholder contents (rows [0, dim] of a variable shaped [None, dim], an empty
+    map): sok_lite.io.serving_stream writes the real ones into the checkpoint afterwards."""
 
     rows: tf.Variable
-    index: tf.lookup.StaticHashTable | None = None  # None: a static table, or no keys
+    index: tf.lookup.experimental.MutableHashTable | None = None  # None: static, or no keys
     init: RowInitializer | None = None  # of a hash table; None for a static table
 
     @classmethod
-    def of(cls, copy: ServingRows) -> ServingTable:
-        """The exported form of a table's serving_copy() (a ServingRows)."""
-        if copy.keys is None:
-            return cls(copy.rows)
-        return cls.hash_table(copy.keys, copy.rows, copy.init)
-
-    @classmethod
-    def hash_table(
-        cls, keys: tf.Tensor, rows: tf.Variable, init: RowInitializer | None
-    ) -> ServingTable:
-        """A hash table's copy: int64 `keys` (row i holds keys[i]) and their `rows`.
-
-        A table without rows gets no index (TF's hash tables refuse to import nothing): every
-        key is then unseen and gets its initial row.
-        """
-        if int(tf.size(keys)) == 0:
-            return cls(rows, None, init)
-        positions = tf.range(tf.size(keys, tf.int64))
-        index = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, positions), -1)
-        return cls(rows, index, init)
+    def of(cls, layout: ServingLayout) -> ServingTable:
+        """The placeholder of a table of `layout` (its serving_layout())."""
+        rows = placeholder_rows(layout.dtype, layout.dim)
+        if not layout.is_hash:
+            return cls(rows)
+        # A table without rows gets no index: every key is then unseen and gets its initial row.
+        index = None
+        if layout.rows:
+            index = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, -1)
+        return cls(rows, index, layout.init)
 
     @property
     def row_dtype(self) -> tf.DType:
@@ -113,9 +113,13 @@ def export_saved_model(
     of its `inputs` (its features) when it has as many as `input_signature`. A TensorSpec's own
     name wins; an input with neither (a `*args` function) keeps TensorFlow's `args_<i>`.
 
+    With several ranks every rank must call it (the rows stream from every rank); rank 0
+    writes. The tables are streamed a piece at a time (see the module's "Memory").
+
     Args:
       model_or_fn: a Keras model or a function of the inputs that calls sok_lite lookups.
-      path: the SavedModel directory.
+      path: the SavedModel directory. It is written beside it first and moved there at the
+        end; an existing directory keeps its other files (as with tf.saved_model.save).
       input_signature: tf.TensorSpecs of the serving function's inputs (flat tensors; build
         ragged ids inside the function from values and row splits).
       tables: the sok_lite tables it uses; default: every sok_lite table among a Keras model's
@@ -130,8 +134,8 @@ def export_saved_model(
 
     Raises:
       ValueError: no tables given or found, or the traced model still calls a sok_lite op (it
-        uses a table missing from `tables`, say), or updatable without a model_id; nothing is
-        written then.
+        uses a table missing from `tables`, say), or updatable without a model_id. On any
+        error (a table failing to stream included) nothing is written at `path`.
     """
     if tables is None:
         tables = [v for v in getattr(model_or_fn, "variables", []) if isinstance(v, TableKind)]
@@ -140,14 +144,18 @@ def export_saved_model(
     if updatable and not (isinstance(model_id, str) and model_id):
         raise ValueError("export_saved_model(updatable=True) needs a model_id (a non-empty str)")
     labels = [table_label(t) for t in tables]
-    online = None
+    layouts = [t.serving_layout() for t in tables]  # every rank: a hash table counts its rows
+    online, plain = None, []
+    copies: list[ServingLookup]
     if updatable:
         assert model_id is not None
-        copies = [UpdatableTable.of(n, t.serving_copy()) for n, t in zip(labels, tables)]
-        online = OnlineState(copies, model_id, sequence, step)
-        serving: dict[object, ServingLookup] = dict(zip((t.ref() for t in tables), copies))
+        updatables = [UpdatableTable.of(n, lay) for n, lay in zip(labels, layouts)]
+        online = OnlineState(updatables, model_id, sequence, step)
+        copies = list(updatables)
     else:
-        serving = {t.ref(): ServingTable.of(t.serving_copy()) for t in tables}
+        plain = [ServingTable.of(lay) for lay in layouts]
+        copies = list(plain)
+    serving = dict(zip((t.ref() for t in tables), copies))
     signature = _named_signature(model_or_fn, input_signature)
     with serving_copies(serving):
         if online is None:
@@ -164,14 +172,102 @@ def export_saved_model(
     root.variables_ = list(concrete.variables)  # the model's own (dense) variables
     signatures = {"serving_default": concrete}
     if online is None:
-        plain = [s for s in serving.values() if isinstance(s, ServingTable)]
         root.rows_ = [s.rows for s in plain]
         root.tables_ = [s.index for s in plain if s.index is not None]
     else:
         root.online_ = online
         signatures.update(online.signatures())
-    if comm.current().rank == 0:
-        tf.saved_model.save(root, str(path), signatures=signatures)
+    _write(root, signatures, pathlib.Path(path), tables, layouts, labels, online)
+
+
+def _write(
+    root: tf.Module,
+    signatures: dict[str, tf.types.experimental.ConcreteFunction],
+    final: pathlib.Path,
+    tables: Sequence[TableKind],
+    layouts: Sequence[ServingLayout],
+    labels: Sequence[str],
+    online: OnlineState | None,
+) -> None:
+    """Saves `root` with its placeholder tables into a staging directory beside `final` (rank
+    0), streams the tables' rows into its checkpoint (every rank) and moves it to `final`
+    (rank 0). A failure on any rank raises on every rank and leaves nothing written."""
+    communicator = comm.current()
+    made: list[tuple[pathlib.Path, list[pathlib.Path]]] = []  # rank 0's staging directory
+    targets: list[serving_stream.Target] | None = None
+
+    def discard() -> None:
+        for staging, created in made:
+            serving_stream.discard(staging, created)
+
+    def save() -> None:
+        nonlocal targets
+        made.append(serving_stream.make_staging(final))
+        tf.saved_model.save(root, str(made[0][0]), signatures=signatures)
+        targets = _targets(made[0][0], layouts, labels, online)
+
+    _on_rank_0(communicator, save, discard)
+    staging = made[0][0] if made else None
+    try:
+        written = serving_stream.stream_tables(staging, tables, layouts, targets)
+    except BaseException:
+        discard()
+        raise
+
+    def finish() -> None:
+        assert staging is not None
+        serving_stream.merge(staging, written)
+        serving_stream.finish(staging, final)
+
+    _on_rank_0(communicator, finish, discard)
+
+
+def _on_rank_0(
+    communicator: comm.Communicator, step: Callable[[], None], undo: Callable[[], None]
+) -> None:
+    """Runs `step` on rank 0 (undo() if it fails); then every rank raises if it failed."""
+    failed = False
+    try:
+        if communicator.rank == 0:
+            step()
+    except BaseException:
+        failed = True
+        undo()
+        raise
+    finally:
+        if communicator.num_ranks > 1:
+            count = int(communicator.allreduce_sum(tf.constant(int(failed), tf.int64)))
+            if count and not failed:
+                raise RuntimeError("export_saved_model: rank 0 failed to write the model")
+
+
+def _targets(
+    staging: pathlib.Path,
+    layouts: Sequence[ServingLayout],
+    labels: Sequence[str],
+    online: OnlineState | None,
+) -> list[serving_stream.Target]:
+    """Where each table's rows go in the saved checkpoint."""
+    prefix = str(staging / "variables" / "variables")
+    targets, index = [], 0
+    for t, (layout, label) in enumerate(zip(layouts, labels)):
+        target = serving_stream.Target(f"table {t} ('{label}')", layout)
+        if online is not None:
+            table = online.tables[t]
+            if layout.is_hash:
+                path = ["online_", "hash_tables", str(index)]
+                target.index_key = serving_stream.index_key(prefix, path)
+                target.pack = table.stored
+            else:
+                path = ["online_", "rows", str(t - index)]
+                target.rows_key = serving_stream.rows_key(prefix, path)
+        else:
+            target.rows_key = serving_stream.rows_key(prefix, ["rows_", str(t)])
+            if layout.is_hash and layout.rows:
+                target.index_key = serving_stream.index_key(prefix, ["tables_", str(index)])
+        index += layout.is_hash and (online is not None or layout.rows > 0)
+        targets.append(target)
+    return targets
 
 
 def _named_signature(

@@ -29,7 +29,15 @@ from sok_lite.io import delta_updater as protocol
 from sok_lite.io.serving_init import initial_rows
 from sok_lite.tables.initializers import RowInitializer
 from sok_lite.tables.table_dtypes import row_dtype
-from sok_lite.tables.table_kind import ServingRows
+from sok_lite.tables.table_kind import ServingLayout
+
+
+def placeholder_rows(dtype: tf.DType, dim: int) -> tf.Variable:
+    """A table's exported rows variable, saved empty: its shape [None, dim] takes the rows the
+    export writes into the checkpoint afterwards (sok_lite.io.serving_stream)."""
+    return tf.Variable(
+        tf.zeros([0, dim], dtype), shape=tf.TensorShape([None, dim]), trainable=False
+    )
 
 
 def words_per_row(dtype: tf.DType, dim: int) -> int:
@@ -67,36 +75,31 @@ class UpdatableTable:
     kind: str  # "static" or "hash"
     dtype: tf.DType  # the storage dtype
     dim: int
+    row_count: int  # a static table's rows; -1 for a hash table
     rows: tf.Variable | None = None  # a static table's
     table: tf.lookup.experimental.MutableHashTable | None = None  # a hash table's
     init: RowInitializer | None = None  # a hash table's initializer of unseen keys
 
     @classmethod
-    def of(cls, name: str, copy: ServingRows) -> UpdatableTable:
-        """The updatable form of a table's serving_copy()."""
-        dtype, dim = copy.rows.dtype, int(copy.rows.shape[1])
-        if copy.keys is None:
-            return cls(name, "static", dtype, dim, rows=copy.rows)
+    def of(cls, name: str, layout: ServingLayout) -> UpdatableTable:
+        """The updatable placeholder of a table of `layout` (its serving_layout()): rows [0,
+        dim] of a variable shaped [None, dim], or an empty hash table, which
+        sok_lite.io.serving_stream fills in the checkpoint."""
+        dtype, dim = layout.dtype, layout.dim
+        if not layout.is_hash:
+            return cls(name, "static", dtype, dim, layout.rows, rows=placeholder_rows(dtype, dim))
         words = words_per_row(dtype, dim)
         table = tf.lookup.experimental.MutableHashTable(
             tf.int64, tf.int32, tf.zeros([words + 1], tf.int32), name=f"online_{name}"
         )
-        result = cls(name, "hash", dtype, dim, table=table, init=copy.init)
-        if int(tf.size(copy.keys)):
-            table.insert(copy.keys, result._stored(tf.convert_to_tensor(copy.rows)))
-        return result
+        return cls(name, "hash", dtype, dim, -1, table=table, init=layout.init)
 
     @property
     def row_dtype(self) -> tf.DType:
         """The dtype lookups return: float32 for a 16-bit table, as in training."""
         return row_dtype(self.dtype)
 
-    @property
-    def row_count(self) -> int:
-        """A static table's rows; -1 for a hash table."""
-        return -1 if self.rows is None else int(self.rows.shape[0])
-
-    def _stored(self, rows: tf.Tensor) -> tf.Tensor:
+    def stored(self, rows: tf.Tensor) -> tf.Tensor:
         """[n, dim] rows in the table's dtype as the int32 values the hash table holds: the
         packed row, then 1 (stored; a missing key's default has 0 there)."""
         words = pack_rows(tf.cast(rows, self.dtype), self.dim)
@@ -164,7 +167,7 @@ class UpdatableTable:
         with tf.control_dependencies([cleared]):
             removed = table.remove(deleted)
         with tf.control_dependencies([removed]):
-            inserted = table.insert(keys, self._stored(rows))
+            inserted = table.insert(keys, self.stored(rows))
         return [inserted]
 
 

@@ -22,7 +22,7 @@ from sok_lite.tables.table_kind import (
     Optimizer,
     RowArray,
     RowRule,
-    ServingRows,
+    ServingLayout,
     TableKind,
     optimizer_state,
 )
@@ -365,13 +365,9 @@ class DynamicRows:
     def assign_rows(self, ids: tf.Tensor, values: tf.Tensor) -> None:
         self.assign(ids, values)
 
-    def serving_copy(self) -> ServingRows:
-        keys, values = self.export()
-        keys = comm.current().allgather(tf.cast(keys, tf.int64))
-        values = comm.current().allgather(values)
-        # A 16-bit table serves its rows in 16 bits (exact: they were widened for the export).
-        rows = tf.Variable(tf.cast(values, self.dtype), trainable=False)
-        return ServingRows(rows, keys, self._init)
+    def serving_layout(self) -> ServingLayout:
+        rows = int(comm.current().allreduce_sum(hash_table_ops.size(self.handle)))
+        return ServingLayout(self.dtype, self._dimension, rows, self._init)
 
 
 def _slot_fills(optimizer: Optimizer | None) -> list[float]:

@@ -241,9 +241,11 @@ class TableKind(abc.ABC):
         """Stores values for ids this rank holds, as SOK's sok.assign."""
 
     @abc.abstractmethod
-    def serving_copy(self) -> ServingRows:
-        """The whole table as plain TF resources (gathered from every rank), which
-        sok_lite.io.serving turns into the exported table."""
+    def serving_layout(self) -> ServingLayout:
+        """What sok_lite.io.serving needs to lay the exported table out before it streams the
+        rows (checkpoint_chunks) into the SavedModel: dtype, dim, row count over all ranks and,
+        for a hash table, its initializer. A hash table counts its rows on every rank: every
+        rank must call it."""
 
 
 # --- what a table asks of the optimizer that steps it ------------------------------------
@@ -346,10 +348,15 @@ def ram_only(rows: int, bytes_ram: int) -> MemoryStats:
 
 
 @dataclasses.dataclass(frozen=True)
-class ServingRows:
-    """A table's serving_copy(): every row as a tf.Variable and, for a hash table, the int64
-    key of each row and the per-key initializer of unseen keys (None for a static table)."""
+class ServingLayout:
+    """A table's serving_layout(): its storage dtype, dim and rows over all ranks and, for a
+    hash table, the per-key initializer of unseen keys (None for a static table)."""
 
-    rows: tf.Variable
-    keys: tf.Tensor | None = None
+    dtype: tf.DType
+    dim: int
+    rows: int
     init: RowInitializer | None = None
+
+    @property
+    def is_hash(self) -> bool:
+        return self.init is not None

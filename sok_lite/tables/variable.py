@@ -32,7 +32,7 @@ from sok_lite.tables.table_kind import (
     Optimizer,
     RowArray,
     RowRule,
-    ServingRows,
+    ServingLayout,
     TableKind,
     _row_owner,
     optimizer_state,
@@ -439,29 +439,9 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
         with tf.control_dependencies(checks):
             self.scatter_update(tf.IndexedSlices(values, local))
 
-    def serving_copy(self) -> ServingRows:
-        communicator = comm.current()
-        local = self.numpy()
-        # 16-bit rows travel as float32 (exact both ways): collectives take fewer dtypes.
-        wide = tf.cast(local, row_dtype(self.dtype))
-        if communicator.num_ranks == 1:
-            full = local
-        elif self._placement.kind == "localized":
-            broadcast = communicator.broadcast(wide, self._placement.rank)
-            full = tf.cast(broadcast, self.dtype).numpy()
-        else:
-            rows, dim = self.global_shape.as_list()
-            gathered = tf.cast(communicator.allgather(wide), self.dtype).numpy()
-            ids = tf.concat(
-                [
-                    _local_row_ids(self._placement, rows, r, communicator.num_ranks)
-                    for r in range(communicator.num_ranks)
-                ],
-                0,
-            )
-            full = np.zeros([rows, dim], local.dtype)
-            full[ids.numpy()] = gathered
-        return ServingRows(tf.Variable(full, trainable=False))
+    def serving_layout(self) -> ServingLayout:
+        rows, dim = self.global_shape.as_list()
+        return ServingLayout(self.dtype, int(dim), int(rows))
 
 
 class _AssignedRows(StagedRows):

@@ -146,15 +146,21 @@ def serve_in_plain_tf(model_dir, delta_dir, batches, tmp_path):
     folder.mkdir()
     shutil.copy(delta_updater.__file__, folder / "delta_updater.py")
     inputs = [{name: t.numpy().tolist() for name, t in zip(INPUTS, b)} for b in batches]
+    result = run_plain_tf(SERVE_WITH_UPDATES, [model_dir, delta_dir, folder], inputs)
+    result["outputs"] = [{k: np.array(v) for k, v in out.items()} for out in result["outputs"]]
+    return result
+
+
+def run_plain_tf(script, args, payload):
+    """Runs `script` (python -c, with `args`) on `payload` as JSON on stdin; returns the JSON
+    of its last output line. The scripts make importing sok_lite fail first."""
     proc = subprocess.run(
-        [sys.executable, "-c", SERVE_WITH_UPDATES, str(model_dir), str(delta_dir), str(folder)],
-        input=json.dumps(inputs),
+        [sys.executable, "-c", script, *map(str, args)],
+        input=json.dumps(payload),
         capture_output=True,
         text=True,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["outputs"] = [{k: np.array(v) for k, v in out.items()} for out in result["outputs"]]
-    return result
+    return json.loads(proc.stdout.strip().splitlines()[-1])

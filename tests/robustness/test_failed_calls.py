@@ -60,7 +60,7 @@ TABLE_INTERNALS = {
     "lookup_combine": "lookup_sparse",
     "owners": "a read",
     "read_local": "lookup_sparse",
-    "serving_copy": "export_saved_model",
+    "serving_layout": "export_saved_model",
     "slot_variable": "OptimizerScope",
     "slot_variables": "OptimizerScope",
     "memory_stats": "a read",
