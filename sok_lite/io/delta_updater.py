@@ -38,10 +38,9 @@ STATE_SIGNATURE = "delta_state"
 # delta-000000000012, snapshot-000000000040: complete deltas (a delta is written under a
 # hidden temporary name and renamed to one of these once every file is on disk).
 _NAME = re.compile(r"(delta|snapshot)-(\d{12})")
-# The element type of a rows file for a table's dtype: float64 tables keep float64, every
-# other float table (16-bit ones widened exactly) float32.
+# A rows file's element type: float64 for float64 tables, else float32 (16-bit ones widened).
 _ROW_FILE_DTYPES = {"float64": "<f8", "float32": "<f4", "bfloat16": "<f4", "float16": "<f4"}
-KEY_FILE_DTYPES = ("<i8", "<u4")  # uint32: ids of a static table of at most 2^32 rows
+KEY_FILE_DTYPES = ("<i8", "<u4")  # uint32: offsets from the file's base, keys within 2^32
 
 
 class DeltaError(ValueError):
@@ -84,12 +83,13 @@ class TableInfo:
 @dataclasses.dataclass(frozen=True)
 class FileInfo:
     """A file of a delta as its header lists it: its size, entries (keys or rows), element
-    type (a NumPy dtype string) and hash."""
+    type (a NumPy dtype string), the base its keys are offsets from (0: none) and hash."""
 
     size: int
     count: int
     sha256: str
     dtype: str
+    base: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +167,7 @@ def parse_header(raw: dict[str, object], where: object) -> DeltaHeader:
             info.integer("count"),
             info.get("sha256", str, ""),
             info.get("dtype", str, "", lambda v: v in (*KEY_FILE_DTYPES, "<f4", "<f8")),
+            info.get("base", int, 0, lambda v: True),
         )
         fields.problems += info.problems
     header = DeltaHeader(
@@ -261,11 +262,9 @@ def read_delta(path: str | os.PathLike[str]) -> Delta:
     """
     path = pathlib.Path(path)
     header = read_header(path)
-    named = _NAME.fullmatch(path.name)
-    if named and path.name != delta_name(header.sequence, header.snapshot):
-        raise DeltaError(
-            f"{path}: its header is that of {delta_name(header.sequence, header.snapshot)}"
-        )
+    own_name = delta_name(header.sequence, header.snapshot)
+    if _NAME.fullmatch(path.name) and path.name != own_name:
+        raise DeltaError(f"{path}: its header is that of {own_name}")
     files = header.files
     tables = []
     for t, meta in enumerate(header.tables):
@@ -278,7 +277,8 @@ def read_delta(path: str | os.PathLike[str]) -> Delta:
                 raise DeltaError(f"{path / HEADER}: no entry for {missing[0]}")
             if files[names[0]].count != files[names[1]].count:
                 raise DeltaError(f"{path / HEADER}: {names[0]} and {names[1]} differ in count")
-            keys.append(_read_array(path / names[0], files[names[0]], KEY_FILE_DTYPES, 1))
+            k = _read_array(path / names[0], files[names[0]], KEY_FILE_DTYPES, 1)
+            keys.append(k.astype(np.int64) + files[names[0]].base)
             r = _read_array(path / names[1], files[names[1]], (dtype.str,), meta.dim)
             rows.append(r.reshape(-1, meta.dim))
             deleted.append(_read_array(path / names[2], files[names[2]], ("<i8",), 1))

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
+from sok_lite.io import delta as delta_module
 from sok_lite.io import delta_updater, manifest
 from sok_lite.io.delta import _distinct
 from tests.online.online_model import (
@@ -64,16 +65,40 @@ def test_a_delta_holds_the_rows_changed_since_the_previous_one(tmp_path):
     delta = delta_updater.read_delta(writer.write())
     users, hashed = delta.tables
     assert sorted(users.keys.tolist()) == [3, 5]
-    # Row ids of a static table take 4 bytes, hash keys 8; rows 4 per float32 value.
+    # Keys within 2^32 of the smallest take 4 bytes (offsets from it); rows 4 per value.
     files = delta.header.files
-    sizes = {n: (files[n].dtype, files[n].size) for n in ("t0.r0.keys", "t1.r0.keys")}
-    assert sizes == {"t0.r0.keys": ("<u4", 8), "t1.r0.keys": ("<i8", 16)}
+    sizes = {n: (files[n].dtype, files[n].base, files[n].size) for n in files if "keys" in n}
+    assert sizes == {"t0.r0.keys": ("<u4", 3, 8), "t1.r0.keys": ("<u4", -2, 8)}
     assert (files["t0.r0.rows"].dtype, files["t0.r0.rows"].size) == ("<f4", 2 * 4 * 4)
     np.testing.assert_array_equal(users.rows[np.argsort(users.keys)], model.users.numpy()[[3, 5]])
     assert sorted(hashed.keys.tolist()) == [-2, 7]
     stored = dict(zip(*[a.numpy().tolist() for a in model.clicks.export()]))
     for key, row in zip(hashed.keys.tolist(), hashed.rows.tolist()):
         assert row == stored[key]
+
+
+@pytest.mark.parametrize(
+    "keys, dtype",
+    [
+        ([5, -7, 2**32 - 8, 11, -7 + 2**31, 0, 3, 1], "<u4"),  # a span just under 2^32
+        ([5, -7, 2**32 - 7, 11], "<i8"),  # just over
+        ([2**62, -(2**62), 1, 2, 3, 4, 5], "<i8"),
+        ([-(2**63), -(2**63) + 5, -(2**63) + 2**32 - 1, -(2**63) + 9], "<u4"),
+    ],
+)
+def test_hash_keys_are_written_narrow_when_they_span_under_2_32(keys, dtype, tmp_path, monkeypatch):
+    monkeypatch.setattr(delta_module, "CHUNK_ROWS", 3)  # several chunks, narrowed in place
+    model = OnlineModel()
+    writer = model.writer(tmp_path / "deltas")
+    rows = np.arange(len(keys) * 3, dtype=np.float32).reshape(-1, 3)
+    model.clicks.assign(tf.constant(keys, tf.int64), tf.constant(rows), step=1)
+    delta = delta_updater.read_delta(writer.write())
+    info = delta.header.files["t1.r0.keys"]
+    assert (info.dtype, info.base) == (dtype, min(keys) if dtype == "<u4" else 0)
+    assert info.size == len(keys) * (4 if dtype == "<u4" else 8)
+    order = np.argsort(delta.tables[1].keys)
+    np.testing.assert_array_equal(delta.tables[1].keys[order], np.sort(keys))
+    np.testing.assert_array_equal(delta.tables[1].rows[order], rows[np.argsort(keys)])
 
 
 def test_keep_snapshots_removes_what_no_server_needs(tmp_path):
