@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import os
 import pathlib
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +42,7 @@ from sok_lite.tables.table_kind import ServingLayout, TableKind
 PIECE_ROWS = 65536  # rows a round gathers, over all ranks; tests lower it
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 PIECES = "sok_lite_pieces"  # the pieces' bundles, in the staging directory until merged
+_DATA_SHARD = re.compile(r"variables\.data-\d{5}-of-\d{5}")
 
 # Called with (table label, array) for every array of rows a round materializes on this rank
 # (tests check the bound); None: nothing is called.
@@ -86,7 +88,13 @@ def index_key(prefix: str, path: Sequence[str]) -> str:
 
 def make_staging(final: pathlib.Path) -> tuple[pathlib.Path, list[pathlib.Path]]:
     """A new hidden directory beside `final` (its missing parents created, as
-    tf.saved_model.save would); returns it and the parents created, deepest last."""
+    tf.saved_model.save would); returns it and the parents created, deepest last.
+
+    Raises:
+      ValueError: `final` exists and is not a directory; nothing is created then.
+    """
+    if final.is_symlink() or (final.exists() and not final.is_dir()):
+        raise ValueError(f"export_saved_model: '{final}' exists and is not a directory")
     created = [p for p in reversed(final.parents) if not p.exists()]
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = final.parent / f".{final.name}.sok_lite-export-{uuid.uuid4().hex[:12]}"
@@ -109,14 +117,18 @@ def finish(staging: pathlib.Path, final: pathlib.Path) -> None:
     if not final.exists() and not final.is_symlink():
         os.rename(staging, final)
         return
-    if not final.is_dir():
-        raise ValueError(f"export_saved_model: '{final}' exists and is not a directory")
+    written = {p.name for p in (staging / "variables").iterdir()}
     for folder, _, files in os.walk(staging):
         target = final / pathlib.Path(folder).relative_to(staging)
         target.mkdir(exist_ok=True)
         for name in files:
             os.replace(pathlib.Path(folder) / name, target / name)
     shutil.rmtree(staging)
+    # A previous export's checkpoint shards that the new index does not name (it had another
+    # number of pieces): unreadable now, they would only take disk.
+    for old in (final / "variables").iterdir():
+        if _DATA_SHARD.fullmatch(old.name) and old.name not in written:
+            old.unlink()
 
 
 # --- streaming -------------------------------------------------------------------------

@@ -363,21 +363,33 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
         state = optimizer_state(optimizer)
         slots = [] if state is None else state.saved_slots(self)
         if since_step is None:
-            selected = tf.range(int(self.shape[0]), dtype=tf.int64)
-        elif state is None:
+            # Every row, a range of local rows at a time: no list of every id is made.
+            communicator = comm.current()
+            total = int(self.shape[0])
+            for start in range(0, total, chunk_rows):
+                idx = tf.range(start, min(start + chunk_rows, total), dtype=tf.int64)
+                ids = idx
+                if self._placement.kind == "distributed":
+                    ids = global_row(idx, communicator.rank, communicator.num_ranks)
+                yield ids.numpy(), self._saved_rows(idx, slots)
+            return
+        if state is None:
             raise ValueError(
                 f"'{table_label(self)}': the rows changed since a step need the optimizer"
             )
-        else:
-            selected = state.changed_rows(self, since_step)
+        selected = state.changed_rows(self, since_step)
         held = self.held_ids().numpy()
         total = int(selected.shape[0])
         for start in range(0, total, chunk_rows):
             idx = selected[start : start + chunk_rows]
-            # 16-bit values widen exactly to the float32 of their slots.
-            parts = [tf.cast(self.sparse_read(idx), row_dtype(self.dtype))]
-            parts += [tf.cast(s.sparse_read(idx), parts[0].dtype) for s in slots]  # bf16: exact
-            yield held[idx.numpy()], np.concatenate([p.numpy() for p in parts], axis=1)
+            yield held[idx.numpy()], self._saved_rows(idx, slots)
+
+    def _saved_rows(self, idx: tf.Tensor, slots: Sequence[tf.Variable]) -> RowArray:
+        """The local rows `idx`, value then each slot, as a checkpoint stores them."""
+        # 16-bit values widen exactly to the float32 of their slots.
+        parts = [tf.cast(self.sparse_read(idx), row_dtype(self.dtype))]
+        parts += [tf.cast(s.sparse_read(idx), parts[0].dtype) for s in slots]  # bf16: exact
+        return np.concatenate([p.numpy() for p in parts], axis=1)
 
     def checkpoint_stage(
         self,

@@ -203,7 +203,9 @@ def test_a_failed_export_leaves_nothing(tmp_path, pieces, monkeypatch, existing)
     assert len(pieces) > 2  # it failed midway, after pieces were written
 
 
-def test_an_export_into_an_existing_directory_replaces_the_model_only(tmp_path, pieces):
+def test_an_export_into_an_existing_directory_replaces_the_model_only(
+    tmp_path, pieces, monkeypatch
+):
     table = sok.Variable(shape=[20, 2], initializer="random_uniform", name="again")
     path = tmp_path / "served"
     path.mkdir()
@@ -213,11 +215,29 @@ def test_an_export_into_an_existing_directory_replaces_the_model_only(tmp_path, 
     def predict(ids):
         return one_row_each([table], ids)
 
-    sok.export_saved_model(predict, path, spec, tables=[table])
+    sok.export_saved_model(predict, path, spec, tables=[table])  # 3 pieces
+    assert len(list((path / "variables").glob("variables.data-*"))) == 4  # and the dense rest
     table.assign(table.numpy() + 1.0)
-    sok.export_saved_model(predict, path, spec, tables=[table])  # over the first export
+    monkeypatch.setattr(serving_stream, "PIECE_ROWS", 20)
+    sok.export_saved_model(predict, path, spec, tables=[table])  # over the first, in 1 piece
     assert (path / "notes.txt").read_text() == "keep"
+    # The first export's shards that the new index does not name are gone.
+    assert len(list((path / "variables").glob("variables.data-*"))) == 2
     serve = tf.saved_model.load(str(path)).signatures["serving_default"]
     ids = tf.range(20, dtype=tf.int64)
     np.testing.assert_array_equal(list(serve(ids=ids).values())[0], table.numpy())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["served"]
+
+
+def test_an_export_onto_a_file_is_refused(tmp_path):
+    table = sok.Variable(shape=[4, 2], name="onto_a_file")
+    path = tmp_path / "served"
+    path.write_text("mine")
+
+    def predict(ids):
+        return one_row_each([table], ids)
+
+    with pytest.raises(ValueError, match="not a directory"):
+        sok.export_saved_model(predict, path, [tf.TensorSpec([None], tf.int64)], tables=[table])
+    assert path.read_text() == "mine"
+    assert [p.name for p in tmp_path.iterdir()] == ["served"]
