@@ -7,7 +7,10 @@ Reads every JSON file under --results and writes:
 - step_time_vs_table_size.png: e2e step time (ms) against the total rows of the tables;
 - samples_per_s_vs_features.png: e2e samples/s against the number of categorical features;
 - examples_curves.png: the examples' training loss and AUC per epoch (files written by
-  `examples/*/train.py --history-json`).
+  `examples/*/train.py --history-json`);
+- tiered_hit_rate_vs_budget.png: a tiered table's RAM-tier hit rate (measured, and predicted
+  by sok.plan_memory as dashed lines) and its step time over an all-RAM table's, against the
+  budget's fraction of the table, one line per Zipf exponent (`tiered_bench.py sweep`).
 
 E2E results are files with "benchmark": "e2e" (benchmarks/e2e_bench.py). A figure or line with
 no data is skipped with a message, so a partial set of results still gives the other figures.
@@ -25,7 +28,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display needed
 
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import MaxNLocator, NullLocator  # noqa: E402
 
 # e2e model keys, their legend labels and line styles, in legend order.
 E2E_MODELS = {
@@ -36,9 +39,10 @@ E2E_MODELS = {
 }
 
 
-def load_results(results_dir: pathlib.Path) -> tuple[list[dict], list[dict]]:
-    """(e2e results, example histories) of the JSON files under results_dir, in path order."""
-    e2e, examples = [], []
+def load_results(results_dir: pathlib.Path) -> tuple[list[dict], list[dict], list[dict]]:
+    """(e2e results, example histories, tiered sweeps) of the JSON files under results_dir, in
+    path order."""
+    e2e, examples, sweeps = [], [], []
     for path in sorted(results_dir.rglob("*.json")):
         try:
             result = json.loads(path.read_text())
@@ -49,9 +53,11 @@ def load_results(results_dir: pathlib.Path) -> tuple[list[dict], list[dict]]:
             continue
         if result.get("benchmark") == "e2e":
             e2e.append(result)
+        elif result.get("benchmark") == "tiered_sweep":
+            sweeps.append(result)
         elif "example" in result and result.get("epochs"):
             examples.append({**result, "path": path})
-    return e2e, examples
+    return e2e, examples, sweeps
 
 
 def largest_sweep(results: list[dict], fixed: tuple[str, ...], varied: str) -> list[dict]:
@@ -175,6 +181,53 @@ def plot_history(history: dict, label: str, color, loss_ax, auc_ax) -> None:
         )
 
 
+def plot_tiered_sweep(sweeps: list[dict], out: pathlib.Path) -> None:
+    """The first sweep's (in path order) hit rate and step-time ratio against the budget
+    fraction."""
+    name = "tiered_hit_rate_vs_budget.png"
+    points = [p for p in sweeps[0]["points"] if p.get("feasible")] if sweeps else []
+    if not points:
+        print(f"{name}: no tiered sweep results (tiered_bench.py sweep), skipped")
+        return
+    sweep = sweeps[0]
+    fig, (hit_ax, ratio_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    exponents = sorted({p["exponent"] for p in points})
+    for exponent, color in zip(exponents, colors):
+        line = sorted((p for p in points if p["exponent"] == exponent), key=lambda p: p["fraction"])
+        x = [p["fraction"] for p in line]
+        label = f"Zipf({exponent:g})"
+        hit_ax.plot(x, [p["hit_rate"] for p in line], "o-", color=color, label=label)
+        hit_ax.plot(
+            x,
+            [p["predicted_hit_rate"] for p in line],
+            "--",
+            color=color,
+            label=f"{label}, predicted",
+        )
+        ratio_ax.plot(x, [p["ratio"] for p in line], "o-", color=color, label=label)
+    hit_ax.set(xlabel="RAM budget / table (rows + slots)", ylabel="RAM-tier hit rate")
+    ratio_ax.set(xlabel="RAM budget / table (rows + slots)", ylabel="step time, tiered / all-RAM")
+    fractions = sorted({p["fraction"] for p in points})
+    for ax in (hit_ax, ratio_ax):
+        ax.set_xscale("log")
+        ax.set_xticks(fractions, [f"1/{1 / f:.3g}" for f in fractions])
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    infeasible = sorted({f"1/{1 / p['fraction']:.3g}" for p in sweep["points"]} - {
+        f"1/{1 / f:.3g}" for f in fractions
+    })  # fmt: skip
+    fig.suptitle(
+        f"{sweep['keys']:,} keys, d = {sweep['dim']}, {sweep['optimizer']}, {sweep['batch']:,} "
+        f"ids a step, {sweep['policy']}"
+        + (f"; {', '.join(infeasible)}: one batch's rows do not fit" if infeasible else ""),
+        fontsize=9,
+    )
+    print(f"{name}: {len(points)} sweep points")
+    save(fig, out / name)
+
+
 def save(fig, path: pathlib.Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -191,7 +244,7 @@ def main(argv=None) -> None:
     if not results_dir.is_dir():
         sys.exit(f"no results directory {results_dir}")
     out.mkdir(parents=True, exist_ok=True)
-    e2e, histories = load_results(results_dir)
+    e2e, histories, sweeps = load_results(results_dir)
     plot_e2e(
         e2e,
         out,
@@ -216,6 +269,7 @@ def main(argv=None) -> None:
         log_x=False,
     )
     plot_examples(histories, out)
+    plot_tiered_sweep(sweeps, out)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ scale    --scale-keys keys (default 55M: 10.6 GB of rows and Adam slots at d = 1
          budget, --scale-steps steps (default 1,000): batches of new keys until every key is
          stored, then Zipf(1.1) ids over all of them; sok.dump, sok.load on 2 ranks
          (horovodrun, gloo) and a dump there, and the two dumps compared row by row.
+sweep    Budgets of 1/2, 1/4, 1/10 and 1/37 of the table's rows and slots x Zipf 1.05, 1.1, 1.2:
+         measured and predicted (sok.plan_memory) hit rate, step time tiered vs all-RAM
+         (tiered_sweep.py); writes benchmarks/results/tiered_sweep.json unless --json.
 
 Each figure prints with the command-line settings that produced it; docs/benchmarks.md records
 them.
@@ -31,6 +34,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import tiered_sweep  # noqa: E402
 from storage_engine_bench import raw_random_reads  # noqa: E402
 
 BATCH = 163_840
@@ -494,7 +498,10 @@ def scale(args) -> dict:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument(
-        "mode", nargs="?", default="all", choices=["rss", "zipf", "uniform", "scale", "all"]
+        "mode",
+        nargs="?",
+        default="all",
+        choices=["rss", "zipf", "uniform", "scale", "sweep", "all"],
     )
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--keys", type=int, default=2_000_000, help="rows in the zipf/uniform tables")
@@ -511,11 +518,15 @@ def main(argv=None):
     p.add_argument("--scale-dim", type=int, default=16)
     p.add_argument("--scale-budget", default="2GiB")
     p.add_argument("--scale-steps", type=int, default=1000)
+    tiered_sweep.add_arguments(p, BATCH)
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         print(json.dumps(_rss_child(args)))
+        return
+    if args.mode == "sweep":
+        tiered_sweep.sweep(sys.modules[__name__], args)
         return
     results = {}
     modes = ["rss", "zipf", "uniform"] if args.mode == "all" else [args.mode]

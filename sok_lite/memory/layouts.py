@@ -189,21 +189,22 @@ def human_bytes(n: float | None) -> str:
 def format_entries(entries: Sequence[MemoryEntry], with_rank: bool) -> str:
     """The str() of a MemoryPlan (with_rank) or a MemoryReport: one aligned line per entry."""
     head = ["table", "kind", "rows RAM", "RAM", "rows disk", "disk", "budget"]
-    extra = ["hit rate", "spills", "evictions"]
-    has_counters = entries and "hit_rate" in entries[0]
+    # A report has counters; a plan has a predicted hit rate only.
+    has_rate = bool(entries) and "hit_rate" in entries[0]
+    has_counters = bool(entries) and "spills" in entries[0]
     if with_rank:
         head = ["rank"] + head
-    if has_counters:
-        head += extra
+    head += ["hit rate"] * has_rate + ["spills", "evictions"] * has_counters
     rows = []
     for e in entries:
         row = [e["name"], e["kind"], f"{e['rows_ram']:,}", human_bytes(e["bytes_ram"])]
         row += [f"{e['rows_disk']:,}", human_bytes(e["bytes_disk"]), human_bytes(e["ram_budget"])]
         if with_rank:
             row = [str(e["rank"])] + row
+        if has_rate:
+            row.append("-" if e["hit_rate"] is None else f"{e['hit_rate']:.3f}")
         if has_counters:
-            rate = "-" if e["hit_rate"] is None else f"{e['hit_rate']:.3f}"
-            row += [rate, f"{e['spills']:,}", f"{e['evictions']:,}"]
+            row += [f"{e['spills']:,}", f"{e['evictions']:,}"]
         rows.append(row)
     widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
 

@@ -6,7 +6,7 @@ import numbers
 import warnings
 from collections.abc import Iterable, Sequence
 
-from sok_lite.memory import layouts
+from sok_lite.memory import hit_rate, layouts
 from sok_lite.memory.layouts import MemoryEntry, format_entries, human_bytes
 from sok_lite.tables import TABLE_KINDS, TableSpec
 from sok_lite.tables.dynamic_config import DYNAMIC_DTYPES
@@ -43,6 +43,7 @@ def _check_spec(spec: TableSpec, index: int, num_ranks: int) -> str:
             f"'{label}': a ram_budget needs a disk tier, which only hash tables (kind='hash', "
             "sok.DynamicVariable) have; a static table is held in RAM whole"
         )
+    hit_rate.check_distribution(spec.zipf, spec.key_counts, spec.rows or 0, label)
     return label
 
 
@@ -132,6 +133,27 @@ def _tier_warning(spec: TableSpec, entry: MemoryEntry, num_ranks: int) -> str | 
     )
 
 
+def _add_hit_rates(spec: TableSpec, label: str, entries: list[MemoryEntry]) -> None:
+    """Sets "hit_rate" of `entries`, the ranks' shares of `spec`: the RAM tier's predicted hit
+    rate (hit_rate.py), None without a distribution, a tier or rows on the rank, or where a
+    batch's keys do not fit in RAM (the lookup fails: see the plan's warning)."""
+    for entry in entries:
+        entry["hit_rate"] = None
+    dist = hit_rate.distribution_of(spec.zipf, spec.key_counts, spec.rows or 0, label)
+    held = [e for e in entries if e["rows_ram"] + e["rows_disk"]]
+    if dist is None or not held or held[0]["ram_budget"] is None:
+        return
+    # Keys spread by hash give each rank a random share of them: together the ranks' RAM
+    # serves the whole distribution as one cache of all their rows would.
+    ram_rows = sum(e["rows_ram"] for e in held)
+    batch = None if spec.batch_keys is None else min(spec.batch_keys, dist.keys)
+    if batch is not None and batch > ram_rows:
+        return
+    rate = hit_rate.predict_hit_rate(dist, ram_rows, spec.evict_policy, batch)
+    for entry in held:
+        entry["hit_rate"] = 1.0 if not entry["rows_disk"] else rate
+
+
 class MemoryPlan(list[MemoryEntry]):
     """plan_memory's result: one dict per (rank, table), with per-rank totals, and warnings:
     one line per tiered table whose budget keeps too few rows in RAM on some rank."""
@@ -184,6 +206,19 @@ def plan_memory(
     (warnings.warn, and in the plan's warnings and str()). TF's own buffers (a batch's ids
     and activations) are not tables and are not counted.
 
+    A tiered spec with the distribution of its ids (zipf=s: Zipf(s) over its rows keys, or
+    key_counts: a histogram) gets a predicted hit rate, the share of looked-up ids found in
+    RAM once the table has settled (sok_lite/memory/hit_rate.py). The rows in RAM of all ranks
+    serve the whole distribution (keys spread by hash give each rank a random share), less
+    half a spill (a spill moves a sixteenth of the RAM rows at once). evict_policy "lru":
+    Che's approximation, RAM holds the keys seen within the last T ids with
+    sum_k (1 - exp(-p_k T)) = the rows in RAM, and hit rate sum_k p_k (1 - exp(-p_k T)).
+    "lfu": RAM holds the most frequent keys less the rarer keys the last step read back
+    (batch_keys), and the hit rate is their probability mass. Ids are assumed independent
+    draws from a fixed distribution; the first lookup of each key (a miss) is not counted.
+    Zipf sums its first 4,096 keys and integrates the rest (within 1e-5 of the sum over every
+    key): 1e8 keys take milliseconds.
+
     Args:
       tables: TableSpec objects or dicts of their fields, e.g.
         {"rows": 10**6, "dim": 64} or {"rows": 10**8, "dim": 16, "kind": "hash",
@@ -194,12 +229,16 @@ def plan_memory(
 
     Returns:
       A MemoryPlan: a list of dicts (name, kind, rank, rows_ram, rows_disk, bytes_ram,
-      bytes_disk, ram_budget, slots) with bytes_per_rank, warnings and a readable str().
+      bytes_disk, ram_budget, slots, hit_rate) with bytes_per_rank, warnings and a readable
+      str(). hit_rate: the predicted hit rate; None without zipf or key_counts, without a
+      disk tier or rows on the rank, or when one batch's keys (batch_keys) do not fit in
+      RAM; 1.0 when every row of the rank fits.
 
     Raises:
       ValueError: a bad spec (naming the table): a dtype a table of its kind cannot store, a
-        "localized:K" mode with K >= num_ranks, a ram_budget on a static table; an unknown
-        optimizer or num_ranks < 1.
+        "localized:K" mode with K >= num_ranks, a ram_budget on a static table, a negative
+        zipf, an empty or negative key_counts, one with more keys than rows, or both zipf and
+        key_counts; an unknown optimizer or num_ranks < 1.
 
     >>> import sok_lite as sok
     >>> plan = sok.plan_memory([{"rows": 1000, "dim": 8, "name": "t"}], "adam", num_ranks=2)
@@ -219,7 +258,8 @@ def plan_memory(
         for spec, label in zip(specs, labels)
     ]
     found = []  # the first rank short of rows, per table
-    for i, spec in enumerate(specs):
+    for i, (spec, label) in enumerate(zip(specs, labels)):
+        _add_hit_rates(spec, label, entries[i :: len(specs)])
         for entry in entries[i :: len(specs)]:
             message = _tier_warning(spec, entry, num_ranks)
             if message:

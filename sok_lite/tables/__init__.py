@@ -66,6 +66,11 @@ class TableSpec:
         (16-32 bytes a key), then for the rows in RAM.
       batch_keys: the distinct keys one batch looks up in the table, over all ranks (None:
         unknown); a tiered plan warns when RAM holds fewer rows than a rank's share of them.
+      zipf: the exponent s of the ids' distribution, Zipf(s) over the table's `rows` keys
+        (P(k-th most frequent key) ~ k^-s); with it a tiered plan predicts the RAM tier's hit
+        rate (None: no prediction).
+      key_counts: a measured histogram instead of zipf: counts per key, as a 1-D array or
+        sequence, or a dict of key -> count (None: none). Plans only; not compared.
       initializer: the initial rows, as sok.Variable and sok.DynamicVariable take it (a Keras
         initializer, its name or config dict, a number, SOK's "random"); None: their default.
       evict_policy: a hash table's "lru" or "lfu", as sok.DynamicVariable.
@@ -94,6 +99,9 @@ class TableSpec:
     min_count: int = 1
     key_dtype: str = "int64"
     storage: Disk | None = None
+    zipf: float | None = None
+    # A histogram may be an array, whose == is elementwise: specs compare without it.
+    key_counts: object = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # A config dict becomes a Disk, so that specs of one table compare equal.
@@ -148,8 +156,8 @@ class TableSpec:
 
     def build(self, trainable: bool = True) -> Variable | DynamicTable | ReplicaShards:
         """Creates the table: a sok.Variable of [rows, dim] for kind "static", a
-        sok.DynamicVariable of width dim for kind "hash" (rows, ram_budget and batch_keys
-        only plan it; storage gives it its disk tier).
+        sok.DynamicVariable of width dim for kind "hash" (rows, ram_budget, batch_keys,
+        zipf and key_counts only plan it; storage gives it its disk tier).
 
         Args:
           trainable: whether optimizers train the table.

@@ -59,6 +59,18 @@ def run_plots(results, out):
     return proc.stdout
 
 
+def tiered_sweep_result():
+    """tiered_bench.py sweep's file: two exponents, three budgets, one of them infeasible."""
+    points = [
+        {"exponent": a, "fraction": f, "feasible": True, "hit_rate": 1 - f / a}
+        | {"predicted_hit_rate": 1 - f / a + 0.01, "ratio": 1 + 1 / f}
+        for a in (1.1, 1.2)
+        for f in (0.5, 0.25, 0.1)
+    ]
+    points.append({"exponent": 1.1, "fraction": 1 / 37, "feasible": False, "reason": "index"})
+    return {"benchmark": "tiered_sweep", "keys": 1000, "dim": 64, "batch": 100}, points
+
+
 def write_json(path, value):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(value))
@@ -81,10 +93,14 @@ def test_every_figure_is_drawn(tmp_path):
         )
     write_json(results / "examples" / "dlrm.json", history("dlrm", 3, True))
     write_json(results / "examples" / "wide_deep.json", history("wide_deep", 3, False))
+    settings, points = tiered_sweep_result()
+    write_json(results / "tiered_sweep.json", {**settings, "optimizer": "adam", "policy": "lru"}
+               | {"points": points})  # fmt: skip
     (results / "not_json.json").write_text("{")  # a broken file is reported, not fatal
 
     stdout = run_plots(results, out)
-    for name in (*E2E_FIGURES, "examples_curves.png"):
+    assert "tiered_hit_rate_vs_budget.png: 6 sweep points" in stdout
+    for name in (*E2E_FIGURES, "examples_curves.png", "tiered_hit_rate_vs_budget.png"):
         assert_png(out / name)
     assert "not_json.json" in stdout
 
@@ -98,3 +114,4 @@ def test_missing_results_skip_their_figures(tmp_path):
     assert "no plain_keras results" in stdout
     assert not (out / "examples_curves.png").exists()
     assert "examples_curves.png: no example histories" in stdout
+    assert "tiered_hit_rate_vs_budget.png: no tiered sweep results" in stdout
