@@ -14,7 +14,9 @@ rows, a bounded piece at a time; nothing ever holds a table whole.
   files rather than copying them. RestoreV2 assembles the slices when the model loads: the
   serving process holds every table whole, as before, and needs no sok_lite.
 - Everything is written into a hidden directory beside `path` (make_staging) and moved into
-  place at the end (finish); on any failure only that directory is removed.
+  place at the end (finish); on any failure only that directory is removed. Into an existing
+  directory (a previous export, say) the files are moved one by one, and the previous
+  checkpoint's data files that the new index does not name are removed.
 
 A round also gathers each rank's [rows, failed, done]: a rank whose table fails to read tells
 the others, so that every rank stops together instead of waiting in a collective.
@@ -24,12 +26,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import os
 import pathlib
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -171,7 +174,7 @@ def _stream_table(
     bundles: list[str] = []
     count = 0  # rows written so far
     done, error = False, None
-    for piece in _rounds():
+    for piece in itertools.count():
         ids, rows = np.zeros([0], np.int64), np.zeros([0, layout.dim], wide)
         if not done and error is None:
             try:
@@ -201,13 +204,6 @@ def _stream_table(
         except Exception as e:
             error = e
     raise AssertionError("unreachable")
-
-
-def _rounds() -> Iterator[int]:
-    piece = 0
-    while True:
-        yield piece
-        piece += 1
 
 
 def _write(target: Target, ids: np.ndarray, rows: np.ndarray, count: int, prefix: str) -> list[str]:
