@@ -15,8 +15,9 @@ rows, a bounded piece at a time; nothing ever holds a table whole.
   serving process holds every table whole, as before, and needs no sok_lite.
 - Everything is written into a hidden directory beside `path` (make_staging) and moved into
   place at the end (finish); on any failure only that directory is removed. Into an existing
-  directory (a previous export, say) the files are moved one by one, and the previous
-  checkpoint's data files that the new index does not name are removed.
+  directory (a previous export, say) the files are moved one by one; nothing else there is
+  touched, a previous export's data files that the new index does not name included (they
+  are not the export's to delete).
 
 A round also gathers each rank's [rows, failed, done]: a rank whose table fails to read tells
 the others, so that every rank stops together instead of waiting in a collective.
@@ -29,7 +30,6 @@ import dataclasses
 import itertools
 import os
 import pathlib
-import re
 import shutil
 import uuid
 from collections.abc import Callable, Sequence
@@ -45,7 +45,6 @@ from sok_lite.tables.table_kind import ServingLayout, TableKind
 PIECE_ROWS = 65536  # rows a round gathers, over all ranks; tests lower it
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 PIECES = "sok_lite_pieces"  # the pieces' bundles, in the staging directory until merged
-_DATA_SHARD = re.compile(r"variables\.data-\d{5}-of-\d{5}")
 
 # Called with (table label, array) for every array of rows a round materializes on this rank
 # (tests check the bound); None: nothing is called.
@@ -120,18 +119,12 @@ def finish(staging: pathlib.Path, final: pathlib.Path) -> None:
     if not final.exists() and not final.is_symlink():
         os.rename(staging, final)
         return
-    written = {p.name for p in (staging / "variables").iterdir()}
     for folder, _, files in os.walk(staging):
         target = final / pathlib.Path(folder).relative_to(staging)
         target.mkdir(exist_ok=True)
         for name in files:
             os.replace(pathlib.Path(folder) / name, target / name)
     shutil.rmtree(staging)
-    # A previous export's checkpoint shards that the new index does not name (it had another
-    # number of pieces): unreadable now, they would only take disk.
-    for old in (final / "variables").iterdir():
-        if _DATA_SHARD.fullmatch(old.name) and old.name not in written:
-            old.unlink()
 
 
 # --- streaming -------------------------------------------------------------------------
