@@ -1,5 +1,9 @@
 """Small functions that test files across tests/ share: ragged id batches, seeded tables, a
-table's rows by key, and a seeded dense head for Keras models."""
+table's rows by key, a seeded dense head for Keras models, and a benchmark run."""
+
+import pathlib
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -31,3 +35,20 @@ def seeded_head(features):
     hidden = keras.layers.Dense(8, "tanh", kernel_initializer=keras.initializers.GlorotUniform(1))
     logits = keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(2))
     return logits(hidden(features))
+
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_benchmark(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Runs benchmarks/<script> with `args` from the benchmarks folder; fails the test unless it
+    exits 0. Returns the finished process (stdout as text)."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=BENCHMARKS,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc

@@ -3,11 +3,9 @@
 Timings at this size mean nothing: only the result's shape is checked."""
 
 import json
-import pathlib
-import subprocess
-import sys
 
-BENCH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "e2e_bench.py"
+from tests.common import run_benchmark
+
 MODELS = {"plain_keras", "sok_lite_static", "sok_lite_dynamic", "floor"}
 
 
@@ -15,14 +13,7 @@ def run_bench(tmp_path, *extra):
     out = tmp_path / "e2e.json"
     args = ["--scale", "0.0001", "--features", "3", "--batch", "64", "--rounds", "1"]
     args += ["--block-seconds", "0.05", "--min-steps", "2", "--distinct-batches", "4"]
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), *args, *extra, "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=BENCH.parent,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_benchmark("e2e_bench.py", *args, *extra, "--json", str(out))
     return json.loads(out.read_text()), proc.stdout
 
 

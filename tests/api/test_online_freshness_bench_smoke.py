@@ -3,25 +3,15 @@ process (without sok_lite) applies the deltas, and writes its JSON (timings at t
 nothing: only the result's shape is checked)."""
 
 import json
-import pathlib
-import subprocess
-import sys
 
-BENCH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "online_freshness_bench.py"
+from tests.common import run_benchmark
 
 
 def test_online_freshness_bench_serves_every_delta(tmp_path):
     out = tmp_path / "freshness.json"
     args = ["--scale", "0.0001", "--batch", "256", "--distinct-batches", "4", "--seconds", "2"]
     args += ["--delta-seconds", "1", "--idle-seconds", "0.2", "--json", str(out)]
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=BENCH.parent,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_benchmark("online_freshness_bench.py", *args)
     result = json.loads(out.read_text())
     deltas = result["deltas"]
     assert [d["sequence"] for d in deltas] == list(range(1, len(deltas) + 1))

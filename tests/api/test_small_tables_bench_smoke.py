@@ -2,23 +2,14 @@
 length mean nothing: only the result's shape is checked)."""
 
 import json
-import pathlib
-import subprocess
-import sys
 
-BENCH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "small_tables_bench.py"
+from tests.common import run_benchmark
 
 
 def test_small_tables_bench_runs_both_sides(tmp_path):
     out = tmp_path / "small.json"
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), "--epochs", "1", "--repeats", "1", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=BENCH.parent,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    args = ["--epochs", "1", "--repeats", "1", "--json", str(out)]
+    proc = run_benchmark("small_tables_bench.py", *args)
     result = json.loads(out.read_text())
     for side in ("plain_keras", "sok_lite"):
         assert 0 < result[side]["median_first_step_s"] < result[side]["median_total_s"]

@@ -3,25 +3,15 @@ rate beside the plan's prediction and an infeasible budget recorded with the pla
 (timings at this length mean nothing: only the result's shape and hit rates are checked)."""
 
 import json
-import pathlib
-import subprocess
-import sys
 
-BENCH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "tiered_bench.py"
+from tests.common import run_benchmark
 
 
 def test_tiered_sweep_writes_measured_and_predicted_hit_rates(tmp_path):
     out = tmp_path / "sweep.json"
     args = ["sweep", "--keys", "30000", "--sweep-batch", "3000", "--sweep-exponents", "1.1"]
     args += ["--sweep-fractions", "3,40", "--rounds", "1", "--iters", "10", "--dir", str(tmp_path)]
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), *args, "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=BENCH.parent,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_benchmark("tiered_bench.py", *args, "--json", str(out), timeout=600)
     assert "prefetch: not available" in proc.stdout
     result = json.loads(out.read_text())
     assert result["benchmark"] == "tiered_sweep" and result["keys"] == 30_000
