@@ -23,6 +23,7 @@ from sok_lite.io.delta import DeltaWriter
 from sok_lite.io.serving import export_saved_model
 from sok_lite.lookup.sparse import lookup_sparse
 from sok_lite.memory import MemoryPlan, MemoryReport, TableSpec, memory_report, plan_memory
+from sok_lite.memory.prefetch import prefetch
 from sok_lite.optim.optimizer import (
     OptimizerScope,
     OptimizerWrapper,
@@ -39,6 +40,7 @@ __all__ = [
     "Variable",
     "DynamicVariable",
     "lookup_sparse",
+    "prefetch",
     "OptimizerScope",
     "OptimizerWrapper",
     "filter_variables",

@@ -59,6 +59,7 @@ void HashTable::Erase(int64_t key) {
   const int64_t r = index_.Erase(key);
   if (r < 0) return;
   row_used_[r] = false;
+  Unpin(r);
   free_rows_.push_back(r);
 }
 
@@ -295,6 +296,7 @@ void HashTable::Clear() {
   meta_.clear();
   row_used_.clear();
   free_rows_.clear();
+  for (std::vector<bool>& pins : pins_) pins.clear();
   pending_.clear();
   if (tier_) tier_->Clear();
 }

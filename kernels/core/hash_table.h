@@ -120,6 +120,16 @@ class HashTable {
   // or an error.
   [[nodiscard]] std::string Lookup(const int64_t* keys, int64_t n, float* out, const Runner& run);
 
+  // Disk tier: reads the rows of keys[0, n) that are on disk back into RAM ahead of the lookup
+  // that will need them (a coming batch's keys), and marks that batch's rows in RAM as wanted:
+  // spills take them only when no other row can go, until two more Prefetch calls have passed.
+  // Moves rows only, so values never change; counts no lookup. Reads back no more rows than
+  // fit beside the rows that may go (rows seen in this lookup step stay), so a prefetch never
+  // takes the room a lookup needs. *read gets the rows read back. Without a disk tier does
+  // nothing. Returns "" or an error of the disk tier (then nothing moved).
+  [[nodiscard]] std::string Prefetch(const int64_t* keys, int64_t n, const Runner& run,
+                                     int64_t* read);
+
   // One lookup step fused with lookup_sparse's combine, on ids that are not deduplicated:
   // sample b's keys are keys[row_splits[b], row_splits[b + 1]), and out[b, :dim] gets their
   // values (times weights[k] when weights is not null) summed, times scale[b] (null: 1); an
@@ -227,6 +237,10 @@ class HashTable {
   int64_t FindRow(int64_t key) const { return index_.Get(key); }  // row in RAM, or -1
   int64_t Insert(int64_t key);       // stores a new row initialized from the config
   int64_t IndexNewRow(int64_t key);  // indexes a new row of key, contents unset
+  // Disk tier: the distinct RAM rows of keys[0, n) into *in_ram and their distinct keys on disk
+  // into *on_disk, both sorted; RAM is probed through `run`.
+  void SplitByTier(const int64_t* keys, int64_t n, const Runner& run, std::vector<int64_t>* in_ram,
+                   std::vector<int64_t>* on_disk) const;
   // Disk tier: moves the rows of keys[0, n) that are on disk back to RAM (spilling others to
   // make room, never rows of these keys; spare_seen: see Spill), for an optimizer step or an
   // assign. RAM is probed through `run`.
@@ -269,6 +283,16 @@ class HashTable {
   [[nodiscard]] std::string AssignPiece(const int64_t* keys, int64_t n, const float* rows,
                                         bool with_slots, int64_t step);
   void Erase(int64_t key);
+  // Prefetch's marks (pins_): whether row r is wanted by a coming lookup; clearing one.
+  bool Pinned(int64_t r) const {
+    const size_t i = r;
+    return (i < pins_[0].size() && pins_[0][i]) || (i < pins_[1].size() && pins_[1][i]);
+  }
+  void Unpin(int64_t r) {
+    for (std::vector<bool>& pins : pins_) {
+      if (static_cast<size_t>(r) < pins.size()) pins[r] = false;
+    }
+  }
   void InitRecord(int64_t key, float* record) const;  // initializer's value, slots' fills
   void InitValue(int64_t key, float* out) const;      // [dim]: the value InitRecord stores
   float* RowPtr(int64_t r) { return chunks_[r / kChunkRows].get() + (r % kChunkRows) * stride(); }
@@ -295,6 +319,10 @@ class HashTable {
   int64_t step_ = 0;
   std::unique_ptr<RowTierFile> tier_;
   TableCounters counters_;
+  // The RAM rows the last two Prefetch calls wanted, a bit per row each (rows past a vector's
+  // end are not marked); pin_gen_: the vector the last call filled.
+  std::vector<bool> pins_[2];
+  int pin_gen_ = 0;
   bool index_warned_ = false;  // config_.warn heard that the disk index passed half the budget
 };
 

@@ -58,6 +58,9 @@ std::string HashTable::SwapRows(HashTable* staged) {
   std::swap(meta_, staged->meta_);
   std::swap(row_used_, staged->row_used_);
   std::swap(free_rows_, staged->free_rows_);
+  for (HashTable* table : {this, staged}) {  // marks of rows that moved away
+    for (std::vector<bool>& pins : table->pins_) pins.clear();
+  }
   std::swap(pending_, staged->pending_);
   std::swap(step_, staged->step_);
   std::swap(tier_, staged->tier_);

@@ -68,8 +68,8 @@ std::vector<int64_t> HashTable::MemoryStats() const {
   const int64_t bytes_ram =
       static_cast<int64_t>(chunks_.size()) * kChunkRows * stride() * sizeof(float) +
       meta_.capacity() * sizeof(RowMeta) + index_.capacity() * kIndexEntryBytes +
-      row_used_.capacity() / 8 + free_rows_.capacity() * sizeof(int64_t) +
-      (tier_ ? tier_->IndexBytes() : 0);
+      row_used_.capacity() / 8 + (pins_[0].capacity() + pins_[1].capacity()) / 8 +
+      free_rows_.capacity() * sizeof(int64_t) + (tier_ ? tier_->IndexBytes() : 0);
   return {index_.size(),
           tier_ ? tier_->size() : 0,
           bytes_ram,
@@ -107,11 +107,18 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
   // The coldest rows go: least recently seen (lru), or seen in the fewest lookup steps (lfu,
   // which keeps a skewed distribution's frequent keys in RAM through bursts of rare ones).
   const bool lfu = config_.policy == EvictPolicy::kLfu;
-  std::vector<std::pair<int64_t, int64_t>> candidates;  // (score, row)
+  std::vector<std::pair<int64_t, int64_t>> candidates, pinned;  // (score, row)
   for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
     if (!row_used_[r] || (spare_seen && meta_[r].last_seen == step_)) continue;
     if (std::binary_search(keep.begin(), keep.end(), r)) continue;
-    candidates.emplace_back(lfu ? meta_[r].count : meta_[r].last_seen, r);
+    (Pinned(r) ? pinned : candidates).emplace_back(lfu ? meta_[r].count : meta_[r].last_seen, r);
+  }
+  // Rows prefetched for a coming lookup go last, and only as many as the excess needs.
+  if (static_cast<int64_t>(candidates.size()) < excess && !pinned.empty()) {
+    const int64_t take =
+        std::min<int64_t>(pinned.size(), excess - static_cast<int64_t>(candidates.size()));
+    std::nth_element(pinned.begin(), pinned.begin() + (take - 1), pinned.end());
+    candidates.insert(candidates.end(), pinned.begin(), pinned.begin() + take);
   }
   if (static_cast<int64_t>(candidates.size()) < excess) {
     // A budget that holds the disk index at the rows stored after this batch, beside this
@@ -173,6 +180,12 @@ void HashTable::CompactRows() {
     std::memcpy(RowPtr(to), RowPtr(r), stride() * sizeof(float));
     meta_[to] = meta_[r];
     row_used_[to] = true;
+    for (std::vector<bool>& pins : pins_) {  // the marks move with the row
+      if (static_cast<size_t>(r) < pins.size() && pins[r]) {
+        pins[to] = true;  // to < r
+        pins[r] = false;
+      }
+    }
     *index_.Find(meta_[r].key) = to;
   }
   chunks_.resize(keep_rows / kChunkRows);
@@ -180,6 +193,10 @@ void HashTable::CompactRows() {
   meta_.shrink_to_fit();
   row_used_.resize(meta_.size());
   row_used_.shrink_to_fit();
+  for (std::vector<bool>& pins : pins_) {
+    if (pins.size() > meta_.size()) pins.resize(meta_.size());
+    pins.shrink_to_fit();
+  }
   free_rows_.clear();
   for (int64_t r = meta_.size() - 1; r >= 0; --r) {
     if (!row_used_[r]) free_rows_.push_back(r);
@@ -187,23 +204,61 @@ void HashTable::CompactRows() {
   free_rows_.shrink_to_fit();
 }
 
-std::string HashTable::FetchFromTier(const int64_t* keys, int64_t n, bool spare_seen,
-                                     const Runner& run) {
+void HashTable::SplitByTier(const int64_t* keys, int64_t n, const Runner& run,
+                            std::vector<int64_t>* in_ram, std::vector<int64_t>* on_disk) const {
   // Probe RAM in parallel, prefetched; only the keys not in RAM are looked up on disk.
   std::vector<int64_t> rows(n);
   ForEachRow(keys, n, run, [&](int64_t i, int64_t r) { rows[i] = r; });
-  std::vector<int64_t> keep, on_disk;
   for (int64_t i = 0; i < n; ++i) {
     if (rows[i] >= 0) {
-      keep.push_back(rows[i]);
+      in_ram->push_back(rows[i]);
     } else if (tier_->Contains(keys[i])) {
-      on_disk.push_back(keys[i]);
+      on_disk->push_back(keys[i]);
     }
   }
-  std::sort(keep.begin(), keep.end());
-  std::sort(on_disk.begin(), on_disk.end());
-  on_disk.erase(std::unique(on_disk.begin(), on_disk.end()), on_disk.end());
+  for (std::vector<int64_t>* v : {in_ram, on_disk}) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+}
+
+std::string HashTable::FetchFromTier(const int64_t* keys, int64_t n, bool spare_seen,
+                                     const Runner& run) {
+  std::vector<int64_t> keep, on_disk;
+  SplitByTier(keys, n, run, &keep, &on_disk);
   return ReadBack(on_disk, keep, false, spare_seen, run);
+}
+
+std::string HashTable::Prefetch(const int64_t* keys, int64_t n, const Runner& run, int64_t* read) {
+  *read = 0;
+  if (!tier_) return "";
+  // The batch's rows in RAM stay, the rows of its keys on disk come back.
+  std::vector<int64_t> keep, on_disk;
+  SplitByTier(keys, n, run, &keep, &on_disk);
+  // No more than fit beside the rows that may go: not seen in this step (the current batch's,
+  // which its update needs), not wanted by the last prefetch, not this batch's.
+  int64_t movable = 0;
+  for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
+    movable += row_used_[r] && meta_[r].last_seen != step_ && !Pinned(r) &&
+               !std::binary_search(keep.begin(), keep.end(), r);
+  }
+  const int64_t fits = std::max<int64_t>(RamRowLimit() - (index_.size() - movable), 0);
+  if (static_cast<int64_t>(on_disk.size()) > fits) on_disk.resize(fits);
+  std::vector<int64_t> wanted = on_disk;  // keys to mark once they are in RAM
+  for (int64_t r : keep) wanted.push_back(meta_[r].key);
+  const std::string problem = ReadBack(on_disk, keep, false, true, run);
+  if (!problem.empty()) return problem;
+  // A new generation of marks replaces the one before last: that batch has been looked up.
+  pin_gen_ ^= 1;
+  std::vector<bool>& pins = pins_[pin_gen_];
+  pins.assign(meta_.size(), false);
+  std::vector<int64_t> now(wanted.size());  // rows may have moved (making room compacts)
+  ForEachRow(wanted.data(), wanted.size(), run, [&](int64_t i, int64_t r) { now[i] = r; });
+  for (int64_t r : now) {
+    if (r >= 0) pins[r] = true;
+  }
+  *read = on_disk.size();
+  return "";
 }
 
 std::string HashTable::FetchMissing(const int64_t* keys, int64_t n, std::vector<int64_t>* missing,

@@ -170,6 +170,27 @@ This rank's rows_ram, rows_disk, bytes_ram, bytes_disk, ram_budget (-1: unbounde
 spills, evictions (counters since creation).
 )doc");
 
+REGISTER_OP("SokLiteDynamicPrefetch")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Output("read: int64")
+    .Attr("owner: int")
+    .Attr("rank: int >= 0")
+    .Attr("num_ranks: int >= 1")
+    .Attr("wait_for_lookup: bool = true")
+    .Attr("table_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Reads the rows of a coming batch's keys that are on this rank's disk tier back into RAM before
+the lookup that needs them, and keeps that batch's rows in RAM until it (HashTable::Prefetch).
+Only the keys this rank owns count (owner: the localized rank, or -2 for keys by hash, of
+num_ranks). With wait_for_lookup, first waits (at most a second, or until cancelled) for a lookup
+after the previous prefetch, so that a prefetch running one batch ahead follows the current
+batch's lookup instead of delaying it. Best effort: a failure of the tier moves nothing and is
+not raised (the lookup that needs the row raises it); read: the rows read back (0 then).
+)doc");
+
 REGISTER_OP("SokLiteDynamicAssign")
     .Input("table: resource")
     .Input("keys: int64")

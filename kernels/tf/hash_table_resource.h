@@ -2,6 +2,7 @@
 #ifndef SOK_LITE_KERNELS_TF_HASH_TABLE_RESOURCE_H_
 #define SOK_LITE_KERNELS_TF_HASH_TABLE_RESOURCE_H_
 
+#include <climits>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@ class DynamicTableResource : public tensorflow::ResourceBase {
 
   tensorflow::mutex mu;
   HashTable table;  // guarded by mu
+  // The table's lookup step at the last SokLiteDynamicPrefetch (guarded by mu).
+  int64_t prefetch_step = INT64_MIN;
 
   // The accessors the shared kernels (kernels/tf/hash_table_kernels.h) use on either device's
   // table; all require mu.

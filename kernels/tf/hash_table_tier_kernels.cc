@@ -1,9 +1,13 @@
 // The CPU-only kernels that the disk tier brought: an export a piece at a time over both tiers
-// (sok.dump never holds a whole table) and the memory counters of DynamicVariable.memory_stats.
+// (sok.dump never holds a whole table), the memory counters of DynamicVariable.memory_stats and
+// the prefetch of a coming batch's rows from disk.
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "kernels/core/cpu_gpu_rules.h"
+#include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/hash_table_resource.h"
 #include "kernels/tf/input_checks.h"
 #include "kernels/tf/table_util.h"
@@ -78,10 +82,87 @@ class DynamicMemoryStatsOp : public tensorflow::OpKernel {
   }
 };
 
+class DynamicPrefetchOp : public tensorflow::OpKernel {
+ public:
+  explicit DynamicPrefetchOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("owner", &owner_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rank", &rank_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_ranks", &num_ranks_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("wait_for_lookup", &wait_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &name_));
+    OP_REQUIRES(ctx, rank_ < num_ranks_ && owner_ >= SOK_LITE_OWNER_HASHED && owner_ < num_ranks_,
+                errors::InvalidArgument(DynamicTableLabel(name_), ": prefetch for rank ", rank_,
+                                        " of ", num_ranks_, " with owner code ", owner_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::core::RefCountPtr<DynamicTableResource> t;
+    OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, 0), &t));
+    const Tensor& keys_in = ctx->input(1);
+    OP_REQUIRES(ctx, keys_in.dims() == 1,
+                errors::InvalidArgument(DynamicTableLabel(name_),
+                                        ": prefetch keys must be 1-D, "
+                                        "got shape ",
+                                        keys_in.shape().DebugString()));
+    // This rank's keys; on one rank all of them.
+    std::vector<int64_t> own;
+    const auto keys = keys_in.flat<int64_t>();
+    for (int64_t i = 0; i < keys.size(); ++i) {
+      if (num_ranks_ == 1 || OwnerRank(owner_, keys(i), num_ranks_) == rank_) {
+        own.push_back(keys(i));
+      }
+    }
+    if (wait_) WaitForLookup(ctx, t.get());
+    const HashTable::Runner run = [ctx](int64_t total,
+                                        const std::function<void(int64_t, int64_t)>& fn) {
+      ParallelFor(ctx, total, 2000, fn);
+    };
+    int64_t read = 0;
+    {
+      tensorflow::mutex_lock lock(t->mu);
+      t->prefetch_step = t->table.step();
+      // Best effort: on an error nothing moved, and the lookup needing the row reports it.
+      const std::string problem = t->table.Prefetch(own.data(), own.size(), run, &read);
+      if (!problem.empty()) {
+        read = 0;
+        LOG_EVERY_N_SEC(WARNING, 60)
+            << DynamicTableLabel(name_) << ": prefetch skipped: " << problem;
+      }
+    }
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int64_t>()() = read;
+  }
+
+ private:
+  // Polls (every 200 us, at most 1 s) until the table has had a lookup step since the last
+  // prefetch, or the op is cancelled (an input pipeline torn down).
+  static void WaitForLookup(OpKernelContext* ctx, DynamicTableResource* t) {
+    const uint64_t deadline = tensorflow::Env::Default()->NowMicros() + 1000000;
+    while (true) {
+      {
+        tensorflow::tf_shared_lock lock(t->mu);
+        if (t->table.step() > t->prefetch_step) return;
+      }
+      if (ctx->cancellation_manager() && ctx->cancellation_manager()->IsCancelled()) return;
+      if (tensorflow::Env::Default()->NowMicros() > deadline) return;
+      tensorflow::Env::Default()->SleepForMicroseconds(200);
+    }
+  }
+
+  int64_t owner_ = SOK_LITE_OWNER_HASHED;
+  int64_t rank_ = 0;
+  int64_t num_ranks_ = 1;
+  bool wait_ = true;
+  std::string name_;
+};
+
 REGISTER_KERNEL_BUILDER(Name("SokLiteDynamicExportRange").Device(::tensorflow::DEVICE_CPU),
                         DynamicExportRangeOp);
 REGISTER_KERNEL_BUILDER(Name("SokLiteDynamicMemoryStats").Device(::tensorflow::DEVICE_CPU),
                         DynamicMemoryStatsOp);
+REGISTER_KERNEL_BUILDER(Name("SokLiteDynamicPrefetch").Device(::tensorflow::DEVICE_CPU),
+                        DynamicPrefetchOp);
 
 }  // namespace
 }  // namespace sok_lite

@@ -4,6 +4,7 @@ from sok_lite.keras.delta_callback import DeltaCallback
 from sok_lite.keras.features import FeatureSpec
 from sok_lite.keras.layers import Embedding, EmbeddingCollection
 from sok_lite.keras.memory_callback import MemoryReportCallback
+from sok_lite.keras.prefetch import prefetch_rows
 from sok_lite.optim.wrapper import OptimizerWrapper
 
 __all__ = [
@@ -13,4 +14,5 @@ __all__ = [
     "FeatureSpec",
     "MemoryReportCallback",
     "OptimizerWrapper",
+    "prefetch_rows",
 ]

@@ -137,6 +137,22 @@ def memory_stats(table: tf.Tensor) -> tf.Tensor:
 
 
 @op_wrapper
+def prefetch(
+    table: tf.Tensor,
+    keys: tf.Tensor,
+    owner: int,
+    rank: int,
+    num_ranks: int,
+    wait_for_lookup: bool = True,
+    table_name: str = "",
+) -> tf.Tensor:
+    """Reads the rows of this rank's `keys` (owner: the localized rank, or OWNER_BY_HASH) that
+    are on the disk tier back into RAM ahead of their lookup; int64 scalar: the rows read back.
+    Best effort: a failure of the tier is left to the lookup to raise."""
+    return run_op("dynamic_prefetch", locals())
+
+
+@op_wrapper
 def assign(
     table: tf.Tensor,
     keys: tf.Tensor,

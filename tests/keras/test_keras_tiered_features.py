@@ -249,14 +249,17 @@ def test_features_sharing_a_table_must_agree_on_storage(tmp_path):
 def test_mirrored_strategy_fit_with_a_disk_tier_equals_an_all_ram_table(tmp_path):
     """Two logical CPUs, one table shard and one tier directory per replica (rank)."""
     run_workers("strategy_tiered_features_worker.py", 0, str(tmp_path), timeout=300)
-    with np.load(tmp_path / "tiered.npz") as a, np.load(tmp_path / "ram.npz") as b:
-        assert sorted(a.files) == sorted(b.files)
-        for name in b.files:
-            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
-        assert len(a["user.keys@0"]) > 50 and len(a["user.keys@1"]) > 50
+    for tiered in ("tiered", "prefetched"):  # prefetched: sok.keras.prefetch_rows
+        with np.load(tmp_path / f"{tiered}.npz") as a, np.load(tmp_path / "ram.npz") as b:
+            assert sorted(a.files) == sorted(b.files)
+            for name in b.files:
+                np.testing.assert_array_equal(a[name], b[name], err_msg=f"{tiered}: {name}")
+            assert len(a["user.keys@0"]) > 50 and len(a["user.keys@1"]) > 50
     stats = json.loads((tmp_path / "stats.json").read_text())
     for rank in ("0", "1"):
-        assert stats[rank]["rows_disk"] > 0 and stats[rank]["misses"] > 0, stats
+        plain, ahead = stats["tiered"][rank], stats["prefetched"][rank]
+        assert plain["rows_disk"] > 0 and plain["misses"] > 0, stats
+        assert ahead["misses"] < plain["misses"], stats  # both shards were read ahead
     # One tier directory per replica while the model lived; both removed with it at exit.
     assert json.loads((tmp_path / "tiers.json").read_text()) == ["user.rank0", "user.rank1"]
     assert os.listdir(tmp_path / "tier") == []

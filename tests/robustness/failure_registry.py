@@ -304,6 +304,20 @@ FAILURES: dict[str, list[Failure]] = {
             setup=lambda w: sok.DeltaWriter(w.root / "deltas", [w.table], w.optimizer, "m").write(),
         ),
     ],
+    "prefetch": [
+        Failure(
+            "more id lists than tables",
+            lambda w, p: sok.prefetch([w.table], [ids([[1]]), ids([[2]])]),
+            ValueError,
+            match="1 tables and 2 id lists",
+        ),
+        Failure(
+            "float ids",
+            lambda w, p: sok.prefetch(w.table, tf.constant([1.5])),
+            ValueError,
+            match="integer ids",
+        ),
+    ],
     "tf.train.Checkpoint.restore": [
         Failure(
             "a table of another dimension",
