@@ -17,6 +17,9 @@ scale    --scale-keys keys (default 55M: 10.6 GB of rows and Adam slots at d = 1
 sweep    Budgets of 1/2, 1/4, 1/10 and 1/37 of the table's rows and slots x Zipf 1.05, 1.1, 1.2:
          measured and predicted (sok.plan_memory) hit rate, step time tiered vs all-RAM
          (tiered_sweep.py); writes benchmarks/results/tiered_sweep.json unless --json.
+prefetch model.fit on fresh Zipf batches at budgets of 1/10 and 1/4 of the table: all-RAM,
+         tiered, and tiered through sok.keras.prefetch_rows; wall and whole-process CPU time per
+         step and hit rate (tiered_prefetch.py); writes benchmarks/results/tiered_prefetch.json.
 
 Each figure prints with the command-line settings that produced it; docs/benchmarks.md records
 them.
@@ -34,6 +37,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import tiered_prefetch  # noqa: E402
 import tiered_sweep  # noqa: E402
 from storage_engine_bench import raw_random_reads  # noqa: E402
 
@@ -501,7 +505,7 @@ def main(argv=None):
         "mode",
         nargs="?",
         default="all",
-        choices=["rss", "zipf", "uniform", "scale", "sweep", "all"],
+        choices=["rss", "zipf", "uniform", "scale", "sweep", "prefetch", "all"],
     )
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--keys", type=int, default=2_000_000, help="rows in the zipf/uniform tables")
@@ -519,6 +523,7 @@ def main(argv=None):
     p.add_argument("--scale-budget", default="2GiB")
     p.add_argument("--scale-steps", type=int, default=1000)
     tiered_sweep.add_arguments(p, BATCH)
+    tiered_prefetch.add_arguments(p)
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -527,6 +532,9 @@ def main(argv=None):
         return
     if args.mode == "sweep":
         tiered_sweep.sweep(sys.modules[__name__], args)
+        return
+    if args.mode == "prefetch":
+        tiered_prefetch.run(sys.modules[__name__], args)
         return
     results = {}
     modes = ["rss", "zipf", "uniform"] if args.mode == "all" else [args.mode]

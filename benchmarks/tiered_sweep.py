@@ -122,6 +122,28 @@ def sweep_point(bench, args, exponent, fraction, ram, draw, probs, batch_keys):
     return point
 
 
+def record(benchmark: str, args, started: float, load: list, points: list, **extra) -> dict:
+    """The run's result (its command, date, sizes, duration, load and points, plus `extra`),
+    written to args.json (default benchmarks/results/<benchmark>.json) and returned."""
+    result = {
+        "benchmark": benchmark,
+        "command": "python " + " ".join(sys.argv),
+        "date": datetime.date.today().isoformat(),
+        "keys": args.keys,
+        "dim": args.dim,
+        "batch": args.sweep_batch,
+        **extra,
+        "seconds": round(time.perf_counter() - started),
+        "load_average": load,
+        "points": points,
+    }
+    out = pathlib.Path(args.json) if args.json else RESULTS / f"{benchmark}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, default=int))
+    print(f"  wrote {out}")
+    return result
+
+
 def add_arguments(parser, batch: int) -> None:
     """The sweep's options of tiered_bench.py."""
     parser.add_argument("--sweep-exponents", default="1.05,1.1,1.2", help="sweep: Zipf exponents")
@@ -139,7 +161,7 @@ def sweep(bench, args) -> dict:
         f"sweep: {args.keys:,} keys, d = {args.dim}, Adam, {args.sweep_batch:,} Zipf ids a step, "
         f"evict_policy {args.policy!r}, {args.sweep_warm} settling steps, "
         f"{args.rounds * args.iters} timed batches (--rounds x --iters) per point, each on both "
-        f"tables; load average {os.getloadavg()[0]:.1f}; prefetch: not available",
+        f"tables; load average {os.getloadavg()[0]:.1f}; prefetch: off (the prefetch mode runs it)",
         flush=True,
     )
     ram = bench._table(args.dim)
@@ -158,21 +180,4 @@ def sweep(bench, args) -> dict:
                 sweep_point(bench, args, exponent, fraction, ram_step, draw, probs, batch_keys)
             )
     load.append(os.getloadavg()[0])  # other processes share the cores: the load at both ends
-    result = {
-        "benchmark": "tiered_sweep",
-        "command": "python " + " ".join(sys.argv),
-        "date": datetime.date.today().isoformat(),
-        "keys": args.keys,
-        "dim": args.dim,
-        "batch": args.sweep_batch,
-        "policy": args.policy,
-        "optimizer": "adam",
-        "seconds": round(time.perf_counter() - started),
-        "load_average": load,
-        "points": points,
-    }
-    out = pathlib.Path(args.json) if args.json else RESULTS / "tiered_sweep.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, default=int))
-    print(f"  wrote {out}")
-    return result
+    return record("tiered_sweep", args, started, load, points, policy=args.policy, optimizer="adam")

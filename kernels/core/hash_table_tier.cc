@@ -108,9 +108,11 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
   // which keeps a skewed distribution's frequent keys in RAM through bursts of rare ones).
   const bool lfu = config_.policy == EvictPolicy::kLfu;
   std::vector<std::pair<int64_t, int64_t>> candidates, pinned;  // (score, row)
+  std::vector<bool> kept(keep.empty() ? 0 : meta_.size());      // a bit a row: no search per row
+  for (int64_t r : keep) kept[r] = true;
   for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
     if (!row_used_[r] || (spare_seen && meta_[r].last_seen == step_)) continue;
-    if (std::binary_search(keep.begin(), keep.end(), r)) continue;
+    if (!keep.empty() && kept[r]) continue;
     (Pinned(r) ? pinned : candidates).emplace_back(lfu ? meta_[r].count : meta_[r].last_seen, r);
   }
   // Rows prefetched for a coming lookup go last, and only as many as the excess needs.
@@ -237,10 +239,11 @@ std::string HashTable::Prefetch(const int64_t* keys, int64_t n, const Runner& ru
   SplitByTier(keys, n, run, &keep, &on_disk);
   // No more than fit beside the rows that may go: not seen in this step (the current batch's,
   // which its update needs), not wanted by the last prefetch, not this batch's.
+  std::vector<bool> wanted_row(meta_.size());
+  for (int64_t r : keep) wanted_row[r] = true;
   int64_t movable = 0;
   for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
-    movable += row_used_[r] && meta_[r].last_seen != step_ && !Pinned(r) &&
-               !std::binary_search(keep.begin(), keep.end(), r);
+    movable += row_used_[r] && meta_[r].last_seen != step_ && !Pinned(r) && !wanted_row[r];
   }
   const int64_t fits = std::max<int64_t>(RamRowLimit() - (index_.size() - movable), 0);
   if (static_cast<int64_t>(on_disk.size()) > fits) on_disk.resize(fits);

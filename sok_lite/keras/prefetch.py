@@ -68,7 +68,11 @@ def prefetch_rows(
             same = tf.nest.map_structure(tf.identity, element, expand_composites=True)
         return same if len(element) > 1 else same[0]
 
-    return dataset.map(read_ahead).prefetch(1)
+    # tf.data runs a dataset's functions one thread at a time by default: a prefetch holds the
+    # table while it reads, so it takes the op's threads as a lookup does.
+    options = tf.data.Options()
+    options.threading.max_intra_op_parallelism = 0
+    return dataset.map(read_ahead).prefetch(1).with_options(options)
 
 
 def _tables_and_ids(layer: Embedding | EmbeddingCollection, x: Any) -> tuple[list[Any], list[Any]]:

@@ -1,6 +1,7 @@
-"""benchmarks/tiered_bench.py sweep at a small size: it writes its JSON, with the measured hit
-rate beside the plan's prediction and an infeasible budget recorded with the plan's reason
-(timings at this length mean nothing: only the result's shape and hit rates are checked)."""
+"""benchmarks/tiered_bench.py sweep and prefetch at a small size: the sweep writes its JSON, with
+the measured hit rate beside the plan's prediction and an infeasible budget recorded with the
+plan's reason; prefetch writes all-RAM, tiered and prefetched figures per budget (timings at
+this length mean nothing: only the results' shape and hit rates are checked)."""
 
 import json
 
@@ -12,7 +13,7 @@ def test_tiered_sweep_writes_measured_and_predicted_hit_rates(tmp_path):
     args = ["sweep", "--keys", "30000", "--sweep-batch", "3000", "--sweep-exponents", "1.1"]
     args += ["--sweep-fractions", "3,40", "--rounds", "1", "--iters", "10", "--dir", str(tmp_path)]
     proc = run_benchmark("tiered_bench.py", *args, "--json", str(out), timeout=600)
-    assert "prefetch: not available" in proc.stdout
+    assert "prefetch: off" in proc.stdout
     result = json.loads(out.read_text())
     assert result["benchmark"] == "tiered_sweep" and result["keys"] == 30_000
     feasible, infeasible = result["points"]
@@ -20,3 +21,25 @@ def test_tiered_sweep_writes_measured_and_predicted_hit_rates(tmp_path):
     assert abs(feasible["hit_rate"] - feasible["predicted_hit_rate"]) < 0.04, feasible
     assert feasible["ram_ms"] > 0 and feasible["ratio"] > 0
     assert not infeasible["feasible"] and "keeps 0" in infeasible["reason"]
+
+
+def test_tiered_prefetch_writes_three_variants_per_budget(tmp_path):
+    out = tmp_path / "prefetch.json"
+    args = ["prefetch", "--keys", "30000", "--sweep-batch", "3000", "--prefetch-fractions", "4"]
+    args += [
+        "--rounds",
+        "1",
+        "--prefetch-steps",
+        "3",
+        "--prefetch-warm",
+        "1",
+        "--dir",
+        str(tmp_path),
+    ]
+    proc = run_benchmark("tiered_bench.py", *args, "--json", str(out), timeout=600)
+    assert "transparent huge pages" in proc.stdout
+    (point,) = json.loads(out.read_text())["points"]
+    assert point["ram"]["hit_rate"] == 1.0
+    assert point["prefetch"]["hit_rate"] > point["tiered"]["hit_rate"], point
+    for variant in ("ram", "tiered", "prefetch"):
+        assert point[variant]["ms_per_step"] > 0 and point[variant]["cpu_ms_per_step"] > 0

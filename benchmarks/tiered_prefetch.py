@@ -1,0 +1,240 @@
+"""tiered_bench.py's prefetch mode: `model.fit` throughput of a tiered table with and without
+sok.keras.prefetch_rows, against the same model on an all-RAM table.
+
+The model: one hash-table feature (--keys keys, d = --dim, one id per sample) through
+EmbeddingCollection, a Dense(1) head, MSE, Adam through sok.keras.OptimizerWrapper. For each
+budget (--prefetch-fractions: table / budget, the table being its rows and Adam slots in
+float32) three models hold every key: all-RAM, tiered, tiered fed through prefetch_rows. They
+then take turns (the order rotating) fitting --prefetch-steps fresh Zipf(--prefetch-exponent)
+batches of 163,840 ids each, --rounds times: wall time per step, CPU time per step of the
+whole process (every thread, the prefetch's included) and the RAM tier's hit rate over the
+timed steps. With --prefetch-serial: tiered_bench's raw step instead, sok.prefetch called
+after each step and timed apart from it (what the prefetch costs against the read-backs it
+replaces).
+"""
+
+import os
+import pathlib
+import resource
+import shutil
+import tempfile
+import time
+
+import numpy as np
+from common import memory_setting
+from tiered_sweep import record, settled_order, zipf_sampler
+
+VARIANTS = ("ram", "tiered", "prefetch")
+
+
+def add_arguments(parser) -> None:
+    """The prefetch mode's options of tiered_bench.py."""
+    parser.add_argument("--prefetch-fractions", default="10,4", help="prefetch: table / budget")
+    parser.add_argument("--prefetch-exponent", type=float, default=1.1, help="prefetch: Zipf")
+    parser.add_argument("--prefetch-steps", type=int, default=8, help="prefetch: steps a round")
+    parser.add_argument("--prefetch-warm", type=int, default=4, help="prefetch: untimed steps")
+    parser.add_argument(
+        "--prefetch-serial",
+        action="store_true",
+        help="prefetch: instead, tiered_bench's raw step (no Keras) with sok.prefetch called "
+        "after each step, timed apart from it, at the first budget",
+    )
+
+
+def _model(dim, storage, policy):
+    import keras
+
+    import sok_lite as sok
+
+    feature = sok.keras.FeatureSpec(
+        "ids",
+        output_dim=dim,
+        initializer=keras.initializers.RandomNormal(stddev=0.05, seed=1),
+        storage=storage,
+        evict_policy=policy,
+    )
+    inputs = {"ids": keras.Input(shape=(1,), dtype="int64", name="ids")}
+    out = sok.keras.EmbeddingCollection([feature], name="features")(inputs)["ids"]
+    head = keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")(out)
+    model = keras.Model(inputs, head)
+    model.compile(optimizer=sok.keras.OptimizerWrapper(keras.optimizers.Adam(0.001)), loss="mse")
+    return model
+
+
+def _dataset(batches, layer=None):
+    """The batches as a fit dataset: ({"ids": [n, 1]}, zeros), read ahead by one batch
+    (through prefetch_rows when a layer is given)."""
+    import tensorflow as tf
+
+    import sok_lite as sok
+
+    def gen():
+        for ids in batches:
+            yield {"ids": ids.reshape(-1, 1)}, np.zeros(len(ids), np.float32)
+
+    spec = (
+        {"ids": tf.TensorSpec([None, 1], tf.int64)},
+        tf.TensorSpec([None], tf.float32),
+    )
+    data = tf.data.Dataset.from_generator(gen, output_signature=spec)
+    return sok.keras.prefetch_rows(data, layer) if layer else data.prefetch(1)
+
+
+def _fit(model, batches, prefetch):
+    layer = model.get_layer("features") if prefetch else None
+    model.fit(_dataset(batches, layer), epochs=1, verbose=0)
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _populate(model, order, chunk):
+    """Stores every key of `order` (in that order) through fit, one key first: the optimizer's
+    slots widen the rows before the table fills."""
+    pieces = [order[:1]] + [order[i : i + chunk] for i in range(1, len(order), chunk)]
+    _fit(model, pieces, prefetch=False)
+
+
+def _point(args, fraction, ram, draw, probs, rng, batch_keys) -> dict:
+    import sok_lite as sok
+
+    budget = int(args.keys * args.dim * 3 * 4 / fraction)
+    spec = {"rows": args.keys, "dim": args.dim, "kind": "hash", "ram_budget": budget}
+    spec.update(zipf=args.prefetch_exponent, evict_policy=args.policy, batch_keys=batch_keys)
+    entry = sok.plan_memory([spec], "adam")[0]
+    point = {"fraction": 1 / fraction, "budget": budget, "predicted_hit_rate": entry["hit_rate"]}
+    roots = [pathlib.Path(tempfile.mkdtemp(prefix="tiered_prefetch_", dir=args.dir)) for _ in "ab"]
+    try:
+        models = {"ram": ram}
+        for name, root in zip(("tiered", "prefetch"), roots):
+            models[name] = _model(args.dim, sok.storage.Disk(str(root), budget), args.policy)
+            order = settled_order(np.random.default_rng(7), probs, args.policy)
+            _populate(models[name], order, max(entry["rows_ram"] // 2, 1))
+        warm = [draw(rng, args.sweep_batch) for _ in range(args.prefetch_warm)]
+        for name, model in models.items():
+            _fit(model, warm, prefetch=name == "prefetch")
+        tables = {n: m.get_layer("features").tables["ids"] for n, m in models.items()}
+        before = {n: dict(t.memory_stats()) for n, t in tables.items()}
+        wall = {n: [] for n in VARIANTS}
+        cpu = {n: [] for n in VARIANTS}
+        for r in range(args.rounds):
+            batches = [draw(rng, args.sweep_batch) for _ in range(args.prefetch_steps)]
+            for name in VARIANTS[r % 3 :] + VARIANTS[: r % 3]:
+                start, start_cpu = time.perf_counter(), _cpu_seconds()
+                _fit(models[name], batches, prefetch=name == "prefetch")
+                wall[name].append((time.perf_counter() - start) * 1e3 / args.prefetch_steps)
+                cpu[name].append((_cpu_seconds() - start_cpu) * 1e3 / args.prefetch_steps)
+        for name in VARIANTS:
+            after = tables[name].memory_stats()
+            hits, misses = (after[k] - before[name][k] for k in ("hits", "misses"))
+            point[name] = {
+                "ms_per_step": float(np.median(wall[name])),
+                "cpu_ms_per_step": float(np.median(cpu[name])),
+                "hit_rate": hits / max(hits + misses, 1),
+                "rows_ram": after["rows_ram"],
+            }
+    finally:
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
+    ram_ms, ram_cpu = point["ram"]["ms_per_step"], point["ram"]["cpu_ms_per_step"]
+    print(f"  1/{fraction:g} budget ({budget / 2**20:,.1f} MiB):", flush=True)
+    for name in VARIANTS:
+        v = point[name]
+        v["ratio"], v["cpu_ratio"] = v["ms_per_step"] / ram_ms, v["cpu_ms_per_step"] / ram_cpu
+        print(
+            f"    {name:9s} {v['ms_per_step']:7.1f} ms/step ({v['ratio']:.2f}x all-RAM), "
+            f"CPU {v['cpu_ms_per_step']:7.1f} ms/step ({v['cpu_ratio']:.2f}x), hit rate "
+            f"{v['hit_rate']:.3f}, {v['rows_ram']:,} rows in RAM",
+            flush=True,
+        )
+    return point
+
+
+def serial(bench, args, draw, probs) -> dict:
+    """Two tiered tables at the first budget, the raw step (lookup + gradient + Adam) on each
+    fresh batch in turn; after its step, one table gets sok.prefetch of the next batch (timed
+    apart). Returns the mean ms of the plain step, the prefetched step and the prefetch."""
+    import tensorflow as tf
+
+    import sok_lite as sok
+
+    fraction = float(args.prefetch_fractions.split(",")[0])
+    budget = int(args.keys * args.dim * 3 * 4 / fraction)
+    roots = [pathlib.Path(tempfile.mkdtemp(prefix="tiered_prefetch_", dir=args.dir)) for _ in "ab"]
+    try:
+        steps = []
+        for root in roots:
+            table = bench._table(args.dim, sok.storage.Disk(str(root), budget))
+            step, _ = bench._train_step(table, args.dim)
+            order = settled_order(np.random.default_rng(7), probs, args.policy)
+            step(bench._ragged(order[:1]))
+            for start in range(1, args.keys, 60_000):
+                step(bench._ragged(order[start : start + 60_000]))
+            steps.append((table, step))
+        (_, plain), (ahead, ahead_step) = steps
+        ahead_prefetch = tf.function(lambda ids: sok.prefetch(ahead, ids, wait_for_lookup=False))
+        rng = np.random.default_rng(1)
+        count = args.rounds * args.prefetch_steps
+        batches = [bench._ragged(draw(rng, args.sweep_batch)) for _ in range(count + 5)]
+        for ids in batches[:4]:
+            plain(ids)
+            ahead_step(ids)
+        ahead_prefetch(batches[4])
+        spent = np.zeros(3)
+        for i in range(5, 5 + count - 1):
+            marks = [time.perf_counter()]
+            for call, ids in ((plain, batches[i]), (ahead_step, batches[i])):
+                call(ids)
+                marks.append(time.perf_counter())
+            ahead_prefetch(batches[i + 1])
+            marks.append(time.perf_counter())
+            spent += np.diff(marks)
+    finally:
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
+    plain_ms, step_ms, prefetch_ms = spent / (count - 1) * 1e3
+    print(
+        f"  serial, 1/{fraction:g} budget: {plain_ms:.1f} ms a step without prefetch; "
+        f"{step_ms:.1f} ms a step + {prefetch_ms:.1f} ms of prefetch with it",
+        flush=True,
+    )
+    return {
+        "fraction": 1 / fraction,
+        "plain_ms": plain_ms,
+        "step_ms": step_ms,
+        "prefetch_ms": prefetch_ms,
+    }
+
+
+def run(bench, args) -> dict:
+    """Every budget of args.prefetch_fractions; writes args.json (default
+    benchmarks/results/tiered_prefetch.json)."""
+    draw, probs = zipf_sampler(args.keys, args.prefetch_exponent)
+    rng = np.random.default_rng(0)
+    batch_keys = int(np.mean([len(np.unique(draw(rng, args.sweep_batch))) for _ in range(4)]))
+    kind = "raw step" if args.prefetch_serial else "model.fit"
+    print(
+        f"prefetch: {kind}, {args.keys:,} keys, d = {args.dim}, Adam, {args.sweep_batch:,} "
+        f"Zipf({args.prefetch_exponent:g}) ids a step (~{batch_keys:,} distinct), evict_policy "
+        f"{args.policy!r}; {args.rounds} rounds of {args.prefetch_steps} fresh batches per "
+        f"model; load average {os.getloadavg()[0]:.1f}; {memory_setting()}",
+        flush=True,
+    )
+    started = time.perf_counter()
+    load = [os.getloadavg()[0]]
+    if args.prefetch_serial:
+        points = [serial(bench, args, draw, probs)]
+    else:
+        ram = _model(args.dim, None, args.policy)
+        _populate(ram, np.arange(args.keys, dtype=np.int64), bench.BATCH)
+        points = [
+            _point(args, float(f), ram, draw, probs, rng, batch_keys)
+            for f in args.prefetch_fractions.split(",")
+        ]
+    load.append(os.getloadavg()[0])
+    name = "tiered_prefetch_serial" if args.prefetch_serial else "tiered_prefetch"
+    return record(
+        name, args, started, load, points, exponent=args.prefetch_exponent, policy=args.policy
+    )
