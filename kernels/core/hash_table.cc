@@ -287,6 +287,13 @@ std::string HashTable::AddSlots(const std::vector<float>& initial_values) {
     }
   }
   chunks_ = std::move(chunks);
+  if (tier_) {
+    // Wider rows: fewer fit the budget. Spill the excess now rather than at the next read-back
+    // (best effort: on an error the rows stay in RAM, as they would have until then).
+    if (!Spill(0, {}, true, RunSerially).empty()) {
+      // Left to the next lookup, which makes room as usual.
+    }
+  }
   return "";
 }
 

@@ -473,3 +473,22 @@ def test_disk_index_past_half_the_budget_warns_once(tmp_path):
     stored = int(re.search(r"keys are stored \(now ([0-9]+);", warned[0]).group(1))
     failed = re.search(r"charged for each of the ([0-9]+) keys stored", done.stderr)
     assert failed and stored < int(failed.group(1)), done.stderr[-3000:]
+
+
+def test_first_optimizer_step_spills_the_rows_wider_rows_leave_over_the_budget(tmp_path):
+    # Rows stored by lookups alone have no slots; Adam's first step widens each by two slots
+    # (3x the bytes), and the rows the budget no longer holds go to disk in that step.
+    table = sok.DynamicVariable(
+        DIM, initializer=init(), name="widened", storage=sok.storage.Disk(tmp_path, "4MiB")
+    )
+    for start in range(0, 30000, 2000):
+        keys = [[k] for k in range(start, start + 2000)]
+        sok.lookup_sparse(table, tf.ragged.constant(keys, dtype=tf.int64))
+    narrow = table.memory_stats()
+    train_step(table, keras.optimizers.Adam(0.01), tf.ragged.constant([[1], [2]], tf.int64))
+    wide = table.memory_stats()
+    assert wide["rows_ram"] * 2 < narrow["rows_ram"], (narrow, wide)
+    # What a RAM row takes with its slots, chunks allocated 1,024 rows at a time: within one
+    # chunk of the budget (786 KiB here).
+    assert wide["bytes_ram"] <= 4 * 2**20 + 1024 * DIM * 3 * 4, wide
+    assert wide["rows_ram"] + wide["rows_disk"] == 30000
