@@ -142,7 +142,8 @@ class DynamicPrefetchOp : public tensorflow::OpKernel {
     while (true) {
       {
         tensorflow::tf_shared_lock lock(t->mu);
-        if (t->table.step() > t->prefetch_step) return;
+        // Any change counts: a checkpoint load swaps in rows with their own step counter.
+        if (t->table.step() != t->prefetch_step) return;
       }
       if (ctx->cancellation_manager() && ctx->cancellation_manager()->IsCancelled()) return;
       if (tensorflow::Env::Default()->NowMicros() > deadline) return;

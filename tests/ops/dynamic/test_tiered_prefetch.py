@@ -4,6 +4,8 @@ records), and to a tiered table without prefetch (the same budget, fewer misses)
 row stays in RAM until its lookup; faults of the tier during a prefetch surface in the lookup
 that needs the row and lose nothing."""
 
+import time
+
 import keras
 import pytest
 import tensorflow as tf
@@ -173,3 +175,21 @@ def test_a_corrupted_record_fails_the_lookup_that_needs_it_not_the_prefetch(tmp_
 
 def test_a_full_disk_fails_the_step_not_the_prefetch_and_loses_no_row(tmp_path):
     assert_disk_full_fails_the_step_and_loses_no_row(tmp_path, prefetch=True)
+
+
+def test_a_prefetch_after_a_load_does_not_wait_out_its_timeout(tmp_path):
+    # A load swaps in rows with their own lookup-step counter (lower than the table's was): the
+    # next prefetch still follows the next lookup at once.
+    t = table(tmp_path, "loaded")
+    opt = keras.optimizers.Adam(0.01)
+    data = list(batches(9, 8))
+    train_step(t, opt, data[0])
+    sok.dump(tmp_path / "ck", [t], opt)
+    for ids in data[1:6]:
+        train_step(t, opt, ids)
+        sok.prefetch(t, ids, wait_for_lookup=False)
+    sok.load(tmp_path / "ck", [t], opt)
+    train_step(t, opt, data[6])
+    start = time.perf_counter()
+    sok.prefetch(t, data[7])  # waits for a lookup since the last prefetch: there was one
+    assert time.perf_counter() - start < 0.9  # the wait gives up after 1 s
