@@ -223,8 +223,30 @@ def _swap_rows(draw, table, dim):
     return Case("sok_lite_dynamic_swap_rows", kwargs, draw(st.booleans()), invalid)
 
 
+def _prefetch(draw, table, dim):
+    """Reads a batch's rows on disk back ahead of their lookup (nothing without a tier); rarely
+    waits for a lookup (up to 1 s), rarely for a rank or owner the job does not have."""
+    keys = int_array(draw, KEYS, max_rank=2 if rare(draw) else 1)
+    num_ranks = draw(st.sampled_from([1, 2]))
+    rank = draw(st.sampled_from([0, 1, 2])) if rare(draw) else 0
+    owner = draw(st.sampled_from([-3, 0, 1, 2])) if rare(draw) else -2
+    invalid = ""
+    if keys.ndim != 1:
+        invalid = "keys not 1-D"
+    elif rank >= num_ranks or owner < -2 or owner >= num_ranks:
+        invalid = "a rank or owner outside the job"
+
+    def check(out):
+        read = out[0]
+        expect(read["shape"] == () and 0 <= read["value"] <= keys.size, f"read {read}")
+
+    kwargs = {"table": table, "keys": keys, "owner": owner, "rank": rank}
+    kwargs |= {"num_ranks": num_ranks, "wait_for_lookup": rare(draw, 16), "table_name": "t"}
+    return Case("sok_lite_dynamic_prefetch", kwargs, draw(st.booleans()), invalid, check)
+
+
 STEPS = [_lookup, _lookup_combine, _apply, _export, _assign, _size, _evict, _clear]
-STEPS += [_export_range, _memory_stats, _swap_rows]
+STEPS += [_export_range, _memory_stats, _swap_rows, _prefetch]
 
 
 @st.composite
