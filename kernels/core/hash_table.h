@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kernels/core/cpu_gpu_rules.h"
@@ -263,6 +264,11 @@ class HashTable {
                                      bool spare_seen, const Runner& run);
   // The RAM rows the budget allows now (the disk index takes its share).
   int64_t RamRowLimit() const;
+  // The RAM rows Spill may take (keep, spare_seen: see Spill) as (score by config().policy,
+  // row): those a Prefetch marked as wanted into *pinned, the others into *candidates.
+  void SpillCandidates(const std::vector<int64_t>& keep, bool spare_seen,
+                       std::vector<std::pair<int64_t, int64_t>>* candidates,
+                       std::vector<std::pair<int64_t, int64_t>>* pinned) const;
   // Moves the coldest RAM rows (by config().policy) to disk until `needed` more fit the budget;
   // spares the rows in `keep` (sorted) and, with spare_seen, the rows seen in this lookup step.
   [[nodiscard]] std::string Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen,

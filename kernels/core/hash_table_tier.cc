@@ -81,6 +81,21 @@ std::vector<int64_t> HashTable::MemoryStats() const {
           counters_.evictions};
 }
 
+void HashTable::SpillCandidates(const std::vector<int64_t>& keep, bool spare_seen,
+                                std::vector<std::pair<int64_t, int64_t>>* candidates,
+                                std::vector<std::pair<int64_t, int64_t>>* pinned) const {
+  // The coldest rows go: least recently seen (lru), or seen in the fewest lookup steps (lfu,
+  // which keeps a skewed distribution's frequent keys in RAM through bursts of rare ones).
+  const bool lfu = config_.policy == EvictPolicy::kLfu;
+  std::vector<bool> kept(keep.empty() ? 0 : meta_.size());  // a bit a row: no search per row
+  for (int64_t r : keep) kept[r] = true;
+  for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
+    if (!row_used_[r] || (spare_seen && meta_[r].last_seen == step_)) continue;
+    if (!keep.empty() && kept[r]) continue;
+    (Pinned(r) ? pinned : candidates)->emplace_back(lfu ? meta_[r].count : meta_[r].last_seen, r);
+  }
+}
+
 std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen,
                              const Runner& run) {
   // The disk index (charged for every row stored) only grows, by doubling: once it takes half
@@ -104,17 +119,8 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
   const int64_t limit = RamRowLimit();
   const int64_t excess = index_.size() + needed - limit;
   if (excess <= 0) return "";
-  // The coldest rows go: least recently seen (lru), or seen in the fewest lookup steps (lfu,
-  // which keeps a skewed distribution's frequent keys in RAM through bursts of rare ones).
-  const bool lfu = config_.policy == EvictPolicy::kLfu;
   std::vector<std::pair<int64_t, int64_t>> candidates, pinned;  // (score, row)
-  std::vector<bool> kept(keep.empty() ? 0 : meta_.size());      // a bit a row: no search per row
-  for (int64_t r : keep) kept[r] = true;
-  for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
-    if (!row_used_[r] || (spare_seen && meta_[r].last_seen == step_)) continue;
-    if (!keep.empty() && kept[r]) continue;
-    (Pinned(r) ? pinned : candidates).emplace_back(lfu ? meta_[r].count : meta_[r].last_seen, r);
-  }
+  SpillCandidates(keep, spare_seen, &candidates, &pinned);
   // Rows prefetched for a coming lookup go last, and only as many as the excess needs.
   if (static_cast<int64_t>(candidates.size()) < excess && !pinned.empty()) {
     const int64_t take =
@@ -237,15 +243,13 @@ std::string HashTable::Prefetch(const int64_t* keys, int64_t n, const Runner& ru
   // The batch's rows in RAM stay, the rows of its keys on disk come back.
   std::vector<int64_t> keep, on_disk;
   SplitByTier(keys, n, run, &keep, &on_disk);
-  // No more than fit beside the rows that may go: not seen in this step (the current batch's,
-  // which its update needs), not wanted by the last prefetch, not this batch's.
-  std::vector<bool> wanted_row(meta_.size());
-  for (int64_t r : keep) wanted_row[r] = true;
-  int64_t movable = 0;
-  for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
-    movable += row_used_[r] && meta_[r].last_seen != step_ && !Pinned(r) && !wanted_row[r];
-  }
-  const int64_t fits = std::max<int64_t>(RamRowLimit() - (index_.size() - movable), 0);
+  // No more than fit beside the rows that may go, those a spill takes before any wanted row:
+  // not seen in this step (the current batch's, which its update needs), not wanted by the
+  // last prefetch, not this batch's.
+  std::vector<std::pair<int64_t, int64_t>> movable, pinned;
+  SpillCandidates(keep, true, &movable, &pinned);
+  const int64_t stay = index_.size() - static_cast<int64_t>(movable.size());
+  const int64_t fits = std::max<int64_t>(RamRowLimit() - stay, 0);
   if (static_cast<int64_t>(on_disk.size()) > fits) on_disk.resize(fits);
   std::vector<int64_t> wanted = on_disk;  // keys to mark once they are in RAM
   for (int64_t r : keep) wanted.push_back(meta_[r].key);
