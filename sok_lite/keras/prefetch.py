@@ -8,7 +8,6 @@ from typing import Any
 
 import tensorflow as tf
 
-from sok_lite.keras.inputs import as_id_lists
 from sok_lite.keras.layers import Embedding, EmbeddingCollection
 from sok_lite.memory.prefetch import prefetch
 
@@ -78,10 +77,8 @@ def prefetch_rows(
 def _tables_and_ids(layer: Embedding | EmbeddingCollection, x: Any) -> tuple[list[Any], list[Any]]:
     """The layer's tables and, per table, the ids the layer would look up in it for input x."""
     if isinstance(layer, Embedding):
-        ids = x[0] if layer.weighted else x
-        feature = layer.feature
-        return [layer.embeddings], [as_id_lists(ids, feature.pad_value, layer._label(feature))]
+        ids = layer._ids_and_weights(x)[0]
+        return [layer.embeddings], [layer._id_lists(ids, None, layer.feature)[0]]
     ordered = layer._ordered_inputs(x)
     tables = [layer.tables[f.table_name] for f in layer.features]
-    ids = [as_id_lists(i, f.pad_value, layer._label(f)) for i, f in zip(ordered, layer.features)]
-    return tables, ids
+    return tables, [layer._id_lists(i, None, f)[0] for i, f in zip(ordered, layer.features)]
