@@ -13,7 +13,8 @@ uniform  The same step on uniform ids, the tier's page cache dropped before ever
 scale    --scale-keys keys (default 55M: 10.6 GB of rows and Adam slots at d = 16), a 2 GiB
          budget, --scale-steps steps (default 1,000): batches of new keys until every key is
          stored, then Zipf(1.1) ids over all of them; sok.dump, sok.load on 2 ranks
-         (horovodrun, gloo) and a dump there, and the two dumps compared row by row.
+         (horovodrun, gloo; --scale-reload-budget each, default half the budget) and a dump
+         there, and the two dumps compared row by row.
 sweep    Budgets of 1/2, 1/4, 1/10 and 1/37 of the table's rows and slots x Zipf 1.05, 1.1, 1.2:
          measured and predicted (sok.plan_memory) hit rate, step time tiered vs all-RAM
          (tiered_sweep.py); writes benchmarks/results/tiered_sweep.json unless --json.
@@ -405,6 +406,9 @@ def scale(args) -> dict:
     import sok_lite as sok
 
     budget = _parse_bytes(args.scale_budget)
+    # Each of the 2 reloading ranks: half the budget unless given (a larger one keeps more rows
+    # in RAM and fewer on disk beside the two dumps).
+    reload_budget = _parse_bytes(args.scale_reload_budget or str(budget // 2))
     dim = args.scale_dim
     root = pathlib.Path(tempfile.mkdtemp(prefix="tiered_scale_", dir=args.dir))
     try:
@@ -463,7 +467,7 @@ def scale(args) -> dict:
                 str(root / "dump1"),
                 str(root / "dump2"),
                 str(root / "tier2"),
-                str(budget // 2),
+                str(reload_budget),
                 str(dim),
             ],
             check=True,
@@ -482,7 +486,7 @@ def scale(args) -> dict:
             f"{hit_rate if hit_rate is None else round(hit_rate, 3)}"
         )
         print(
-            f"  reload on 2 ranks (budget {_mib(budget // 2)} each) and dump: {reload_s:.0f} s; "
+            f"  reload on 2 ranks (budget {_mib(reload_budget)} each) and dump: {reload_s:.0f} s; "
             f"values and slots identical: {same}"
         )
         return {
@@ -490,6 +494,7 @@ def scale(args) -> dict:
             "train_s": train_s,
             "dump_s": dump_s,
             "reload_s": reload_s,
+            "reload_budget": reload_budget,
             "peak_rss": peak,
             "hit_rate": hit_rate,
             "stats": stats,
@@ -522,6 +527,7 @@ def main(argv=None):
     p.add_argument("--scale-dim", type=int, default=16)
     p.add_argument("--scale-budget", default="2GiB")
     p.add_argument("--scale-steps", type=int, default=1000)
+    p.add_argument("--scale-reload-budget", help="each reloading rank's (default: half of it)")
     tiered_sweep.add_arguments(p, BATCH)
     tiered_prefetch.add_arguments(p)
     p.add_argument("--json", default=None, help="write the results here")

@@ -258,7 +258,8 @@ std::string HashTable::CountSince(int64_t since_step, int64_t* n) const {
     count += row_used_[r] && changed(meta_[r]);
   }
   if (tier_) {
-    const std::string problem = tier_->ForEachMeta([&](const RowMeta& m) { count += changed(m); });
+    const std::string problem =
+        tier_->ForEachMeta([&](const RowMeta& m, int64_t) { count += changed(m); });
     if (!problem.empty()) return problem;
   }
   *n = count;
@@ -309,10 +310,11 @@ void HashTable::Clear() {
 }
 
 std::string HashTable::EvictUnseen(int64_t steps_unseen, int64_t* evicted) {
-  std::vector<int64_t> on_disk;  // read first: if the file fails, nothing is removed
+  std::vector<std::pair<int64_t, int64_t>> on_disk;  // (key, slot); read first: if the file
+                                                     // fails, nothing is removed
   if (tier_) {
-    const std::string problem = tier_->ForEachMeta([&](const RowMeta& m) {
-      if (step_ - m.last_seen >= steps_unseen) on_disk.push_back(m.key);
+    const std::string problem = tier_->ForEachMeta([&](const RowMeta& m, int64_t slot) {
+      if (step_ - m.last_seen >= steps_unseen) on_disk.emplace_back(m.key, slot);
     });
     if (!problem.empty()) return problem;
   }
@@ -321,7 +323,7 @@ std::string HashTable::EvictUnseen(int64_t steps_unseen, int64_t* evicted) {
     if (row_used_[r] && step_ - meta_[r].last_seen >= steps_unseen) victims.push_back(meta_[r].key);
   }
   for (int64_t key : victims) Erase(key);
-  for (int64_t key : on_disk) tier_->Erase(key);
+  for (const auto& [key, slot] : on_disk) tier_->Erase(key, slot);
   *evicted = victims.size() + on_disk.size();
   counters_.evictions += *evicted;
   return "";

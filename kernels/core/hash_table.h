@@ -257,11 +257,13 @@ class HashTable {
     counters_.hits += n - missed;
     counters_.misses += missed;
   }
-  // Reads the rows of on_disk (distinct keys) back into RAM, making room first (keep,
-  // spare_seen: see Spill); mark_seen: they count as seen in this lookup step.
+  // Reads the rows of on_disk (distinct keys not in RAM, on disk or not) back into RAM, making
+  // room first (keep, spare_seen: see Spill); mark_seen: they count as seen in this lookup step.
+  // The keys not on disk after all are appended to *absent (if not null), in on_disk's order.
   [[nodiscard]] std::string ReadBack(const std::vector<int64_t>& on_disk,
                                      const std::vector<int64_t>& keep, bool mark_seen,
-                                     bool spare_seen, const Runner& run);
+                                     bool spare_seen, const Runner& run,
+                                     std::vector<int64_t>* absent);
   // The RAM rows the budget allows now (the disk index takes its share).
   int64_t RamRowLimit() const;
   // The RAM rows Spill may take (keep, spare_seen: see Spill) as (score by config().policy,

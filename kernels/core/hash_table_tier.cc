@@ -30,13 +30,22 @@ std::string HashTable::AttachTier() {
 }
 
 std::string HashTable::CheckAssignFits(const int64_t* keys, int64_t n) const {
-  std::vector<int64_t> fresh;
+  std::vector<int64_t> fresh, maybe;  // maybe: not in RAM, perhaps on disk
   for (int64_t i = 0; i < n; ++i) {
-    if (FindRow(keys[i]) < 0 && !tier_->Contains(keys[i])) fresh.push_back(keys[i]);
+    if (FindRow(keys[i]) >= 0) continue;
+    (tier_->MayContain(keys[i]) ? maybe : fresh).push_back(keys[i]);
   }
-  std::sort(fresh.begin(), fresh.end());
-  fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
-  const int64_t stored = size() + static_cast<int64_t>(fresh.size());
+  for (std::vector<int64_t>* v : {&fresh, &maybe}) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+  // A key the compact disk index only seems to hold (it shares a stored key's identity, about
+  // one in 2^36 / keys on disk) is new: counted as such at the most that rate allows.
+  const int64_t seeming = static_cast<int64_t>(static_cast<double>(maybe.size()) * tier_->size() /
+                                                   static_cast<double>(int64_t{1} << 36) +
+                                               1);
+  const int64_t stored =
+      size() + static_cast<int64_t>(fresh.size()) + std::min<int64_t>(seeming, maybe.size());
   const int64_t index = tier_->IndexBytesFor(stored);
   const int64_t one_row = stride() * static_cast<int64_t>(sizeof(float)) + kRamRowOverhead +
                           RowIndex::kMinCapacity * kIndexEntryBytes;
@@ -50,8 +59,8 @@ std::string HashTable::CheckAssignFits(const int64_t* keys, int64_t n) const {
 
 int64_t HashTable::RamRowLimit() const {
   const int64_t per_row = stride() * static_cast<int64_t>(sizeof(float)) + kRamRowOverhead;
-  // The disk index is charged as if every row were on disk: it only grows (by doubling), and
-  // rows move to disk at any time. The RAM hash index is charged at its size, doubled as many
+  // The disk index is charged as if every row were on disk: it only grows, and rows move to
+  // disk at any time. The RAM hash index is charged at its size, doubled as many
   // times as the rows allowed would make it grow (it grows when 3/4 full).
   const int64_t left = config_.ram_budget - tier_->IndexBytesFor(size());
   int64_t index = index_.capacity() * kIndexEntryBytes;
@@ -98,11 +107,11 @@ void HashTable::SpillCandidates(const std::vector<int64_t>& keep, bool spare_see
 
 std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen,
                              const Runner& run) {
-  // The disk index (charged for every row stored) only grows, by doubling: once it takes half
-  // the budget, or will at its next growth, the rows in RAM are heading for too few to serve a
-  // batch. Warned once, ahead of the growth.
+  // The disk index (charged for every row stored) only grows: once it takes half the budget, or
+  // will after the next eighth more keys (or, small, its next doubling), the rows in RAM are
+  // heading for too few to serve a batch. Warned once, ahead of the growth.
   const int64_t index_bytes = tier_->IndexBytesFor(size());
-  const int64_t grows_past = IndexCapacityFor(size()) * 3 / 4;  // keys stored before it doubles
+  const int64_t grows_past = std::max(IndexCapacityFor(size()) * 3 / 4, size() + size() / 8);
   const int64_t grown_bytes = tier_->IndexBytesFor(grows_past + 1);
   if (!index_warned_ && config_.warn && grown_bytes * 2 > config_.ram_budget) {
     index_warned_ = true;
@@ -220,7 +229,7 @@ void HashTable::SplitByTier(const int64_t* keys, int64_t n, const Runner& run,
   for (int64_t i = 0; i < n; ++i) {
     if (rows[i] >= 0) {
       in_ram->push_back(rows[i]);
-    } else if (tier_->Contains(keys[i])) {
+    } else if (tier_->MayContain(keys[i])) {
       on_disk->push_back(keys[i]);
     }
   }
@@ -234,7 +243,7 @@ std::string HashTable::FetchFromTier(const int64_t* keys, int64_t n, bool spare_
                                      const Runner& run) {
   std::vector<int64_t> keep, on_disk;
   SplitByTier(keys, n, run, &keep, &on_disk);
-  return ReadBack(on_disk, keep, false, spare_seen, run);
+  return ReadBack(on_disk, keep, false, spare_seen, run, nullptr);
 }
 
 std::string HashTable::Prefetch(const int64_t* keys, int64_t n, const Runner& run, int64_t* read) {
@@ -253,7 +262,8 @@ std::string HashTable::Prefetch(const int64_t* keys, int64_t n, const Runner& ru
   if (static_cast<int64_t>(on_disk.size()) > fits) on_disk.resize(fits);
   std::vector<int64_t> wanted = on_disk;  // keys to mark once they are in RAM
   for (int64_t r : keep) wanted.push_back(meta_[r].key);
-  const std::string problem = ReadBack(on_disk, keep, false, true, run);
+  std::vector<int64_t> absent;
+  const std::string problem = ReadBack(on_disk, keep, false, true, run, &absent);
   if (!problem.empty()) return problem;
   // A new generation of marks replaces the one before last: that batch has been looked up.
   pin_gen_ ^= 1;
@@ -264,52 +274,82 @@ std::string HashTable::Prefetch(const int64_t* keys, int64_t n, const Runner& ru
   for (int64_t r : now) {
     if (r >= 0) pins[r] = true;
   }
-  *read = on_disk.size();
+  *read = on_disk.size() - absent.size();
   return "";
 }
 
 std::string HashTable::FetchMissing(const int64_t* keys, int64_t n, std::vector<int64_t>* missing,
                                     const Runner& run) {
-  // Positions sorted by key: a key's repeats together, each key's disk index probed once.
+  // Positions sorted by key: a key's repeats together. Every distinct key goes to the read,
+  // whose one probe of the disk index finds the records to read; the keys it does not find on
+  // disk (new ones, or min_count's pending ones) are left missing with all their positions.
   std::vector<int64_t> by_key = *missing;
   std::sort(by_key.begin(), by_key.end(), [keys](int64_t a, int64_t b) {
     return keys[a] < keys[b] || (keys[a] == keys[b] && a < b);
   });
-  std::vector<int64_t> on_disk, rest;
+  std::vector<int64_t> distinct;
+  std::vector<std::pair<size_t, size_t>> runs;  // by_key[j, k): the positions of distinct[i]
   for (size_t j = 0; j < by_key.size();) {
     size_t k = j + 1;
     while (k < by_key.size() && keys[by_key[k]] == keys[by_key[j]]) ++k;
-    if (tier_->Contains(keys[by_key[j]])) {
-      on_disk.push_back(keys[by_key[j]]);
-    } else {
-      rest.insert(rest.end(), by_key.begin() + j, by_key.begin() + k);
-    }
+    distinct.push_back(keys[by_key[j]]);
+    runs.emplace_back(j, k);
     j = k;
+  }
+  std::vector<int64_t> absent;  // in the order of distinct
+  const std::string problem = ReadBack(distinct, {}, true, true, run, &absent);
+  if (!problem.empty()) return problem;
+  std::vector<int64_t> rest;
+  for (size_t i = 0, a = 0; i < distinct.size() && a < absent.size(); ++i) {
+    if (distinct[i] != absent[a]) continue;
+    rest.insert(rest.end(), by_key.begin() + runs[i].first, by_key.begin() + runs[i].second);
+    ++a;
   }
   std::sort(rest.begin(), rest.end());
   *missing = std::move(rest);
-  return ReadBack(on_disk, {}, true, true, run);
+  return "";
 }
 
 std::string HashTable::ReadBack(const std::vector<int64_t>& on_disk,
                                 const std::vector<int64_t>& keep, bool mark_seen, bool spare_seen,
-                                const Runner& run) {
+                                const Runner& run, std::vector<int64_t>* absent) {
   if (on_disk.empty()) return "";
   const int64_t m = on_disk.size();
+  if (tier_->size() == 0) {  // nothing on disk: every key is absent, no read
+    if (absent) absent->insert(absent->end(), on_disk.begin(), on_disk.end());
+    return "";
+  }
   // Read first: a bad record is reported before anything moves.
   std::vector<RowMeta> metas(m);
-  std::unique_ptr<float[]> read(new float[m * stride()]);  // every float is read into
-  std::string problem = tier_->Read(m, on_disk.data(), metas.data(), read.get(), run);
+  std::vector<int64_t> slots(m);
+  std::unique_ptr<float[]> read(new float[m * stride()]);  // rows found are read in; the rest
+                                                           // stays untouched (unpaged)
+  std::string problem = tier_->Read(m, on_disk.data(), metas.data(), read.get(), slots.data(), run);
   if (!problem.empty()) return problem;
-  problem = MakeRoom(m, run, keep, spare_seen);
-  if (!problem.empty()) return problem;
+  int64_t found = 0;
   for (int64_t j = 0; j < m; ++j) {
+    if (slots[j] >= 0) {
+      ++found;
+    } else if (absent) {
+      absent->push_back(on_disk[j]);
+    }
+  }
+  tier_->TrackMoves(true);  // making room may clean segments, moving records that were read
+  problem = MakeRoom(found, run, keep, spare_seen);
+  if (!problem.empty()) {
+    tier_->TrackMoves(false);
+    if (absent) absent->clear();
+    return problem;
+  }
+  for (int64_t j = 0; j < m; ++j) {
+    if (slots[j] < 0) continue;
     const int64_t r = IndexNewRow(on_disk[j]);
     meta_[r] = metas[j];
     std::memcpy(RowPtr(r), read.get() + j * stride(), stride() * sizeof(float));
-    tier_->Erase(on_disk[j]);
+    tier_->Erase(on_disk[j], slots[j]);
     if (mark_seen) MarkSeen(r);
   }
+  tier_->TrackMoves(false);
   return "";
 }
 

@@ -98,7 +98,7 @@ void RowTierFile::MoveFrom(RowTierFile* other) {
 }
 
 int64_t RowTierFile::IndexBytes() const {
-  return index_.allocated_bytes() + used_.capacity() * sizeof(uint64_t) +
+  return index_.AllocatedBytes() + used_.capacity() * sizeof(uint64_t) +
          (segment_live_.capacity() + empty_segments_.capacity()) * sizeof(uint32_t);
 }
 
@@ -106,8 +106,8 @@ int64_t RowTierFile::IndexBytesFor(int64_t rows) const {
   // At most twice the live records plus the open segment and one being cleaned (see Clean).
   const int64_t slots = 2 * rows + 3 * segment_records_;
   const int64_t segments = slots / segment_records_ + 1;
-  const int64_t bound = IndexCapacityFor(rows) * static_cast<int64_t>(sizeof(SlotIndex::Entry)) +
-                        slots / 8 + 2 * segments * static_cast<int64_t>(sizeof(uint32_t));
+  const int64_t bound =
+      index_.BytesFor(rows) + slots / 8 + 2 * segments * static_cast<int64_t>(sizeof(uint32_t));
   return std::max(bound, IndexBytes());
 }
 
@@ -257,16 +257,16 @@ std::string RowTierFile::Verify(const char* record, int64_t slot, const int64_t*
   std::memcpy(&sum, record + sizeof(RowMeta), sizeof(sum));
   int64_t stored_key;
   std::memcpy(&stored_key, record, sizeof(stored_key));
-  bool ok = sum == Checksum(record);
-  if (ok && key) {
-    ok = stored_key == *key;
-  } else if (ok) {  // a scan: the index must place the record's key here
-    ok = static_cast<int64_t>(index_.Get(stored_key)) == slot;  // kEmpty is no slot
+  // A record of the key looked up is where the index placed it; any other must be where the
+  // index places its own key (a key that shares the looked-up key's identity).
+  if (sum == Checksum(record) &&
+      ((key && stored_key == *key) || index_.Holds(stored_key, static_cast<uint32_t>(slot)))) {
+    return "";
   }
-  if (ok) return "";
   return Prefix() + "disk tier file '" + path_ + "' is corrupted (record " +
          (key ? "of key " + std::to_string(*key) : "at slot " + std::to_string(slot)) +
-         " fails its checksum): it was changed under the table";
+         " fails its checksum or holds a key the index does not place there): it was changed "
+         "under the table";
 }
 
 std::vector<int64_t> RowTierFile::NextSlots(int64_t n) const {
@@ -284,8 +284,8 @@ std::vector<int64_t> RowTierFile::NextSlots(int64_t n) const {
   return slots;
 }
 
-std::string RowTierFile::Append(int64_t n, const char* records, const int64_t* keys, bool relocate,
-                                const ParallelRunner& run) {
+std::string RowTierFile::Append(int64_t n, const char* records, const int64_t* keys,
+                                const int64_t* from, const ParallelRunner& run) {
   if (n == 0) return "";
   const std::vector<int64_t> slots = NextSlots(n);
   const int64_t top = *std::max_element(slots.begin(), slots.end());
@@ -323,11 +323,11 @@ std::string RowTierFile::Append(int64_t n, const char* records, const int64_t* k
     const int64_t slot = open_segment_ * segment_records_ + open_fill_++;
     SetUsed(slot, true);
     ++segment_live_[open_segment_];
-    if (relocate) {  // the key moves: its old record becomes dead
-      uint32_t* at = index_.Find(keys[i]);
-      SetUsed(*at, false);
-      --segment_live_[*at / segment_records_];
-      *at = slot;
+    if (from) {  // the key moves: its old record becomes dead
+      index_.Relocate(keys[i], from[i], slot);
+      if (tracking_moves_) moves_[keys[i]] = slot;
+      SetUsed(from[i], false);
+      --segment_live_[from[i] / segment_records_];
     } else {
       index_.Insert(keys[i], slot);
     }
@@ -358,7 +358,7 @@ std::string RowTierFile::Clean() {
     std::string problem = ReadSpan(first, first + segment_records_ - 1, &buf);
     if (!problem.empty()) return problem;
     std::vector<char> live;
-    std::vector<int64_t> keys;
+    std::vector<int64_t> keys, from;
     for (int64_t k = 0; k < segment_records_; ++k) {
       if (!Used(first + k)) continue;
       const char* rec = buf.data() + k * record_bytes_;
@@ -367,9 +367,10 @@ std::string RowTierFile::Clean() {
       int64_t key;
       std::memcpy(&key, rec, sizeof(key));
       keys.push_back(key);
+      from.push_back(first + k);
       live.insert(live.end(), rec, rec + record_bytes_);
     }
-    problem = Append(keys.size(), live.data(), keys.data(), true, RunSerially);
+    problem = Append(keys.size(), live.data(), keys.data(), from.data(), RunSerially);
     if (!problem.empty()) return problem;
     if (segment_live_[victim] == 0) empty_segments_.push_back(victim);
   }
@@ -396,18 +397,19 @@ std::string RowTierFile::Write(int64_t n, const RowMeta* metas, const float* con
       keys[i] = metas[i].key;
     }
   });
-  return Append(n, records.get(), keys.data(), false, run);
+  return Append(n, records.get(), keys.data(), nullptr, run);
 }
 
 std::string RowTierFile::Read(int64_t n, const int64_t* keys, RowMeta* metas, float* rows,
-                              const ParallelRunner& run) const {
-  std::vector<std::pair<int64_t, int64_t>> order(n);  // (slot, i)
+                              int64_t* slots, const ParallelRunner& run) const {
+  std::vector<std::pair<int64_t, int64_t>> order;  // (slot, i): every candidate record of key i
+  order.reserve(n);
+  std::vector<uint32_t> candidates;
   for (int64_t i = 0; i < n; ++i) {
-    const uint32_t slot = index_.Get(keys[i]);
-    if (slot == kEmpty) {
-      return Prefix() + "disk tier: key " + std::to_string(keys[i]) + " is not on disk";
-    }
-    order[i] = {slot, i};
+    slots[i] = -1;
+    candidates.clear();
+    index_.Candidates(keys[i], &candidates);
+    for (uint32_t slot : candidates) order.emplace_back(slot, i);
   }
   std::sort(order.begin(), order.end());
   const auto spans = AdjacentSpans(order, record_bytes_);
@@ -421,10 +423,13 @@ std::string RowTierFile::Read(int64_t n, const int64_t* keys, RowMeta* metas, fl
         const char* rec = buf.data() + (k - i) * record_bytes_;
         const int64_t idx = order[k].second;
         problem = Verify(rec, order[k].first, &keys[idx]);
-        if (problem.empty()) {
-          std::memcpy(&metas[idx], rec, sizeof(RowMeta));
-          std::memcpy(rows + idx * stride_, rec + kHeaderBytes, stride_ * sizeof(float));
-        }
+        int64_t stored_key;
+        std::memcpy(&stored_key, rec, sizeof(stored_key));
+        // Another key's record (one that shares the key's identity): not this key's.
+        if (!problem.empty() || stored_key != keys[idx]) continue;
+        std::memcpy(&metas[idx], rec, sizeof(RowMeta));
+        std::memcpy(rows + idx * stride_, rec + kHeaderBytes, stride_ * sizeof(float));
+        slots[idx] = order[k].first;  // one record holds the key: one writer per idx
       }
       if (!problem.empty()) {
         error.Set(s, problem);
@@ -492,22 +497,32 @@ std::string RowTierFile::ReadWhere(int64_t start, int64_t limit,
       next);
 }
 
-std::string RowTierFile::ForEachMeta(const std::function<void(const RowMeta&)>& fn) const {
+std::string RowTierFile::ForEachMeta(
+    const std::function<void(const RowMeta&, int64_t slot)>& fn) const {
   int64_t next = 0;
   return Scan(
       0,
-      [&](int64_t, const char* rec) {
+      [&](int64_t slot, const char* rec) {
         RowMeta meta;
         std::memcpy(&meta, rec, sizeof(meta));
-        fn(meta);
+        fn(meta, slot);
         return true;
       },
       &next);
 }
 
-void RowTierFile::Erase(int64_t key) {
-  const uint32_t slot = index_.Erase(key);
-  if (slot == kEmpty) return;
+void RowTierFile::TrackMoves(bool on) {
+  tracking_moves_ = on;
+  moves_.clear();
+}
+
+void RowTierFile::Erase(int64_t key, int64_t slot) {
+  if (slot < 0) return;
+  if (!index_.Erase(key, static_cast<uint32_t>(slot))) {
+    const auto moved = moves_.find(key);  // cleaned since: at its new record
+    if (moved == moves_.end() || !index_.Erase(key, moved->second)) return;
+    slot = moved->second;
+  }
   SetUsed(slot, false);
   const int64_t seg = slot / segment_records_;
   if (--segment_live_[seg] == 0 && seg != open_segment_) empty_segments_.push_back(seg);

@@ -1,6 +1,7 @@
 // The disk tier of a hash table: rows that do not fit the table's RAM budget, as fixed-size
 // records (bookkeeping, checksum, floats) in one file, found through a compact in-RAM index
-// key -> record slot (12 bytes an entry: the bookkeeping stays in the records).
+// key -> record slot (kernels/core/disk_index.h: under 8 bytes a key at scale; the bookkeeping
+// and the key itself stay in the records).
 //
 // The file is log-structured: it is cut into segments of ~1 MiB (at most 8,192 records), and new
 // records are appended to the open segment, so a spill goes out as long sequential writes
@@ -20,9 +21,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
-#include "kernels/core/open_index.h"
+#include "kernels/core/disk_index.h"
 
 namespace sok_lite {
 
@@ -64,7 +66,9 @@ class RowTierFile {
   int64_t IndexBytesFor(int64_t rows) const;
   int64_t FileBytes() const { return file_bytes_; }
 
-  bool Contains(int64_t key) const { return index_.Contains(key); }
+  // Whether key may be on disk: true when it is; when it is not, false but for about one key
+  // in 2^36 / size() (its record read finds another key: Read reports it absent).
+  bool MayContain(int64_t key) const { return index_.MayContain(key); }
 
   // Appends n rows (metas[i] with its key, rows[i] of stride floats), records built and written
   // through `run`. Keys must be distinct and not on disk. On a write error (disk full, file size
@@ -73,14 +77,21 @@ class RowTierFile {
   [[nodiscard]] std::string Write(int64_t n, const RowMeta* metas, const float* const* rows,
                                   const ParallelRunner& run);
 
-  // Reads the rows of n distinct keys, all on disk, into rows[i * stride] and metas[i], the
-  // file read in offset order (spans of adjacent records through `run`). A record whose checksum
-  // or key does not match is an error (the file was changed under the table). The rows stay on
-  // disk until Erase.
+  // Reads the rows of n distinct keys into rows[i * stride] and metas[i], and their record
+  // slots into slots[i] (-1: key i is not on disk, rows[i] and metas[i] untouched), the file
+  // read in offset order (spans of adjacent records through `run`). A record that fails its
+  // checksum, or whose key the index does not place there, is an error (the file was changed
+  // under the table). The rows stay on disk until Erase.
   [[nodiscard]] std::string Read(int64_t n, const int64_t* keys, RowMeta* metas, float* rows,
-                                 const ParallelRunner& run) const;
+                                 int64_t* slots, const ParallelRunner& run) const;
 
-  void Erase(int64_t key);
+  // Removes key, whose record is at slot (as Read or ForEachMeta gave it), or where cleaning
+  // moved it since while TrackMoves is on.
+  void Erase(int64_t key, int64_t slot);
+  // While on, Erase follows the records that writes (cleaning segments) move: slots that a Read
+  // gave stay good across the writes that make room for its rows. Turning it off or on again
+  // forgets the moves.
+  void TrackMoves(bool on);
   void Clear();
 
   // The rows whose bookkeeping satisfies pred, in slot order from slot `start`, at most `limit`
@@ -90,16 +101,18 @@ class RowTierFile {
                                       const std::function<bool(const RowMeta&)>& pred,
                                       std::vector<int64_t>* keys, std::vector<float>* rows,
                                       int64_t* next) const;
-  // Calls fn with the bookkeeping of every stored row, reading the file a segment at a time.
-  [[nodiscard]] std::string ForEachMeta(const std::function<void(const RowMeta&)>& fn) const;
+  // Calls fn with the bookkeeping and record slot of every stored row, reading the file a
+  // segment at a time.
+  [[nodiscard]] std::string ForEachMeta(
+      const std::function<void(const RowMeta&, int64_t slot)>& fn) const;
 
   // Re-lays every record out with more floats per row: the extra ones get `fill[j]` per group
   // of `group` floats (a slot of dim floats each). Rewrites the file. Returns "" or an error.
   [[nodiscard]] std::string Widen(int64_t group, const std::vector<float>& fill);
 
  private:
-  // Record slots are uint32: the index takes 12 bytes a key (kernels/core/open_index.h).
-  static constexpr uint32_t kEmpty = UINT32_MAX;
+  // Record slots are uint32 (kernels/core/disk_index.h).
+  static constexpr uint32_t kEmpty = DiskIndex::kEmpty;
 
   RowTierFile(std::string path, int fd, int64_t stride, int64_t segment_bytes, std::string label);
   void MoveFrom(RowTierFile* other);  // takes other's records, index and file
@@ -113,8 +126,8 @@ class RowTierFile {
                                          const ParallelRunner& run);
   // Reads the bytes of slots [first, last] in one pread into *buf.
   [[nodiscard]] std::string ReadSpan(int64_t first, int64_t last, std::vector<char>* buf) const;
-  // Checks the record read from `slot`: its checksum, and its key against *key (null: the index
-  // must place the record's own key at slot). "" or the corruption error.
+  // Checks the record read from `slot`: its checksum, and that it holds *key (the key looked up,
+  // if not null) or a key the index places there. "" or the corruption error.
   [[nodiscard]] std::string Verify(const char* record, int64_t slot, const int64_t* key) const;
   // Calls fn(slot, record) for every live record from slot `start` on, in slot order, a segment
   // read at a time, each record verified; stops early when fn returns false (*next: the slot
@@ -124,10 +137,10 @@ class RowTierFile {
   // The slots the next n appended records take (the open segment, then empty segments, then
   // new ones), without taking them.
   std::vector<int64_t> NextSlots(int64_t n) const;
-  // Appends n records (bytes of record_bytes_ each, keys given) and indexes them (relocate: the
-  // keys are on disk already and move to the new records); an error leaves everything as it was.
+  // Appends n records (bytes of record_bytes_ each, keys given) and indexes them (from: null, or
+  // the slots of the keys' records now, which become dead); an error leaves everything as it was.
   [[nodiscard]] std::string Append(int64_t n, const char* records, const int64_t* keys,
-                                   bool relocate, const ParallelRunner& run);
+                                   const int64_t* from, const ParallelRunner& run);
   // Cleans the segments with the fewest live records while dead records outnumber live ones.
   [[nodiscard]] std::string Clean();
   int64_t DeadRecords() const;
@@ -139,7 +152,7 @@ class RowTierFile {
   int64_t segment_bytes_;
   int64_t segment_records_;
   std::string label_;
-  SlotIndex index_;                       // key -> record slot; its size is the rows on disk
+  DiskIndex index_;                       // key -> record slot; its size is the rows on disk
   std::vector<uint64_t> used_;            // a bit per slot: holds a live record
   std::vector<uint32_t> segment_live_;    // live records per segment
   std::vector<uint32_t> empty_segments_;  // segments with no live record, not open
@@ -147,6 +160,8 @@ class RowTierFile {
   int64_t open_segment_ = -1;  // where appends go; -1: none yet
   int64_t open_fill_ = 0;      // records appended to it
   int64_t file_bytes_ = 0;     // the file's length: the end of the furthest record written
+  bool tracking_moves_ = false;
+  std::unordered_map<int64_t, uint32_t> moves_;  // key -> slot cleaning moved it to (TrackMoves)
 };
 
 }  // namespace sok_lite

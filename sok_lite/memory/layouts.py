@@ -9,8 +9,9 @@ memory_report share. The layouts:
   slots) float32 (a 16-bit table packs its value two to a float: (dim + 1) / 2 floats, then the
   float32 slots) in chunks of 1,024 rows, 32 bytes of metadata (key, last lookup, lookup count,
   last update) and a bit of occupancy; the index is a power-of-two array of 16-byte slots kept
-  at load <= 0.75. With a disk tier the budget also pays for the index of the rows on disk,
-  16-32 bytes a key however few rows stay in RAM (tier_index_bytes).
+  at load <= 0.75. With a disk tier the budget also pays for the index of the rows on disk
+  however few rows stay in RAM (tier_index_bytes): up to 2^15 keys 16-32 bytes a key, past that
+  ~7.7 bytes a key (kernels/core/disk_index.h keeps 36 bits of a key's hash, not the key).
 
 memory_report reads each table's own memory_stats() (a hash table counts its records, indexes
 and tiers in C++).
@@ -43,7 +44,13 @@ HASH_MAX_LOAD = (3, 4)
 # kernels/core/hash_table_tier_file.*: a record on disk is the bookkeeping and a checksum, then the
 # row's floats, padded to 8 bytes; files are cut into segments of ~1 MiB, at most 8,192 records.
 TIER_HEADER_BYTES = HASH_ROW_META_BYTES + 8
+# kernels/core/disk_index.h: exact (12-byte entries, as the RAM index grows) up to 2^15 keys;
+# compact past that: 7-byte entries at most 100/93 of the keys plus 2 a shard, in 4,096 shards or
+# one per 256 keys, each with a 16-byte header, a spare byte and up to 3 entries of slack.
 TIER_INDEX_ENTRY_BYTES = 12
+TIER_COMPACT_FROM = 1 << 15
+TIER_COMPACT_ENTRY_BYTES = 7
+TIER_COMPACT_SHARD_BYTES = 16 + 1 + 3 * TIER_COMPACT_ENTRY_BYTES
 TIER_SEGMENT_BYTES = 1 << 20
 TIER_SEGMENT_MAX_RECORDS = 8192
 # A tiered plan warns when RAM keeps fewer of a rank's rows than this fraction.
@@ -126,15 +133,22 @@ def tier_record_bytes(row_bytes: int) -> int:
     return (TIER_HEADER_BYTES + row_bytes + 7) // 8 * 8
 
 
+def disk_key_index_bytes(rows: int) -> int:
+    """The most bytes the key index of a disk tier reaches with `rows` keys, as
+    DiskIndex::BytesFor of an index that has not been compact yet."""
+    if rows <= TIER_COMPACT_FROM:
+        return hash_index_slots(rows) * TIER_INDEX_ENTRY_BYTES
+    shards = max(4096, rows // 256 + 1)
+    return shards * TIER_COMPACT_SHARD_BYTES + TIER_COMPACT_ENTRY_BYTES * (rows * 100 // 93)
+
+
 def tier_index_bytes(rows: int, record_bytes: int) -> int:
     """What a disk tier charges to its table's ram_budget for its index: the size it reaches with
-    all `rows` of the table on disk (12-byte entries at load <= 3/4, a bit per record slot of a
-    file up to twice its rows plus three segments, two ints per segment), as
-    RowTierFile::IndexBytesFor."""
-    capacity = hash_index_slots(rows)
+    all `rows` of the table on disk (the key index, a bit per record slot of a file up to twice
+    its rows plus three segments, two ints per segment), as RowTierFile::IndexBytesFor."""
     segment = min(max(TIER_SEGMENT_BYTES // record_bytes, 1), TIER_SEGMENT_MAX_RECORDS)
     slots = 2 * rows + 3 * segment
-    return capacity * TIER_INDEX_ENTRY_BYTES + slots // 8 + 8 * (slots // segment + 1)
+    return disk_key_index_bytes(rows) + slots // 8 + 8 * (slots // segment + 1)
 
 
 def _ram_rows_bytes(ram_rows: int, stride: int) -> int:

@@ -201,10 +201,10 @@ def plan_memory(
     hash table's chunked layout (row + slots in float32, 32 bytes of metadata, the index at
     load <= 3/4). With a ram_budget, RAM holds min(budget, the full size) and the remaining
     rows go to disk as records (key, row + slots, metadata). The budget pays for the index of
-    the rows on disk (16-32 bytes a key) before any row in RAM: a tiered table that keeps
-    fewer rows in RAM than one batch's (batch_keys) or under 5% of its rows is warned about
-    (warnings.warn, and in the plan's warnings and str()). TF's own buffers (a batch's ids
-    and activations) are not tables and are not counted.
+    the rows on disk (~8 bytes a key; 16-32 up to 32,768 keys) before any row in RAM: a
+    tiered table that keeps fewer rows in RAM than one batch's (batch_keys) or under 5% of its
+    rows is warned about (warnings.warn, and in the plan's warnings and str()). TF's own
+    buffers (a batch's ids and activations) are not tables and are not counted.
 
     A tiered spec with the distribution of its ids (zipf=s: Zipf(s) over its rows keys, or
     key_counts: a histogram) gets a predicted hit rate, the share of looked-up ids found in

@@ -63,7 +63,7 @@ class TableSpec:
       capacity: a hash table's row bound over all ranks (None: unbounded).
       ram_budget: bytes (or "2GiB") a hash table may keep in RAM per rank with a disk tier
         (None: storage's, else all in RAM). It pays for the index of the rows on disk first
-        (16-32 bytes a key), then for the rows in RAM.
+        (~8 bytes a key; 16-32 up to 32,768 keys), then for the rows in RAM.
       batch_keys: the distinct keys one batch looks up in the table, over all ranks (None:
         unknown); a tiered plan warns when RAM holds fewer rows than a rank's share of them.
       zipf: the exponent s of the ids' distribution, Zipf(s) over the table's `rows` keys

@@ -64,9 +64,10 @@ class Disk:
     """A RAM tier bounded by `ram_budget` bytes over a disk tier in directory `path`.
 
     `ram_budget` bounds every byte a table keeps in RAM for its rows on each rank: the index of
-    the rows on disk, 16-32 bytes for every key the rank stores, comes first, then the rows in
-    RAM (value, optimizer slots, bookkeeping) and their hash index. Size it for the keys with
-    `sok.plan_memory`, which warns when too few rows would stay in RAM.
+    the rows on disk, ~8 bytes for every key the rank stores (16-32 up to 32,768 keys), comes
+    first, then the rows in RAM (value, optimizer slots, bookkeeping) and their hash index.
+    Size it for the keys with `sok.plan_memory`, which warns when too few rows would stay in
+    RAM.
     When it is reached, a lookup moves the least recently used rows to a file of fixed-size
     records under `<path>/<table name>.rank<r>`; looking a key up again brings its row back.
     Nothing is dropped (unlike `capacity`).

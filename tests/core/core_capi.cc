@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/core/cpu_gpu_rules.h"
+#include "kernels/core/disk_index.h"
 #include "kernels/core/exchange.h"
 #include "kernels/core/half_rows.h"
 #include "kernels/core/hash_table_record.h"
@@ -293,6 +294,61 @@ int64_t sok_index_items(void* index, int kind, int64_t* keys, int64_t* values) {
     return n;
   });
 }
+
+// --- the disk tier's index (kernels/core/disk_index.h) ------------------------------------------
+
+void* sok_disk_index_new() { return new sok_lite::DiskIndex(); }
+void sok_disk_index_free(void* index) { delete static_cast<sok_lite::DiskIndex*>(index); }
+
+// Stores keys[i] -> slots[i] (keys not stored yet).
+void sok_disk_index_insert(void* index, const int64_t* keys, const int64_t* slots, int64_t n) {
+  auto* ix = static_cast<sok_lite::DiskIndex*>(index);
+  for (int64_t i = 0; i < n; ++i) ix->Insert(keys[i], static_cast<uint32_t>(slots[i]));
+}
+
+// For each key: out[i * width, (i + 1) * width) = its candidate slots (-1 past the last),
+// counts[i] = how many there are, may[i] = MayContain.
+void sok_disk_index_candidates(void* index, const int64_t* keys, int64_t n, int64_t width,
+                               int64_t* out, int64_t* counts, int64_t* may) {
+  const auto* ix = static_cast<const sok_lite::DiskIndex*>(index);
+  std::vector<uint32_t> slots;
+  for (int64_t i = 0; i < n; ++i) {
+    slots.clear();
+    ix->Candidates(keys[i], &slots);
+    counts[i] = slots.size();
+    may[i] = ix->MayContain(keys[i]) ? 1 : 0;
+    for (int64_t j = 0; j < width; ++j) {
+      out[i * width + j] = j < static_cast<int64_t>(slots.size()) ? slots[j] : -1;
+    }
+  }
+}
+
+// op 0: Erase(keys[i], slots[i]); 1: Relocate(keys[i], slots[i], to[i]); 2: Holds(keys[i],
+// slots[i]). out[i] = 1 where it returned true.
+void sok_disk_index_apply(void* index, int op, const int64_t* keys, const int64_t* slots,
+                          const int64_t* to, int64_t n, int64_t* out) {
+  auto* ix = static_cast<sok_lite::DiskIndex*>(index);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto slot = static_cast<uint32_t>(slots[i]);
+    bool done = false;
+    if (op == 0) done = ix->Erase(keys[i], slot);
+    if (op == 1) done = ix->Relocate(keys[i], slot, static_cast<uint32_t>(to[i]));
+    if (op == 2) done = ix->Holds(keys[i], slot);
+    out[i] = done ? 1 : 0;
+  }
+}
+
+// stats = [size, compact (1/0), allocated bytes, consistent (1/0), BytesFor(keys)].
+void sok_disk_index_stats(void* index, int64_t keys, int64_t* stats) {
+  const auto* ix = static_cast<const sok_lite::DiskIndex*>(index);
+  stats[0] = ix->size();
+  stats[1] = ix->compact() ? 1 : 0;
+  stats[2] = ix->AllocatedBytes();
+  stats[3] = ix->Consistent() ? 1 : 0;
+  stats[4] = ix->BytesFor(keys);
+}
+
+void sok_disk_index_clear(void* index) { static_cast<sok_lite::DiskIndex*>(index)->Clear(); }
 
 // --- the record layout of HashTable (kernels/core/hash_table_record.h) -------------------------
 // desc = [dim, num_slots, half (0/1), format (0 bfloat16, 1 float16)].

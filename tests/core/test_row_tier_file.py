@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 from tests.core.capi_build import ROOT, bind, build
+from tests.core.key_identity import twins
 
 # HashTable's sources (every kernels/core/hash_table*.cc) and what they call.
 SOURCES = sorted(p.name for p in (ROOT / "kernels" / "core").glob("hash_table*.cc"))
-SOURCES += ["open_index.cc", "row_init.cc"]
+SOURCES += ["disk_index.cc", "open_index.cc", "row_init.cc"]
 I64_MIN = np.iinfo(np.int64).min
 DIM = 32
 ERR = 512
@@ -382,3 +383,47 @@ def test_widened_rows_give_their_chunks_back(lib, tmp_path):
     # doubling growth of the index vectors and the RAM hash index, which keeps the size of the
     # most rows ever in RAM (here 4,000 narrow rows). Keeping the four chunks would take ~2 MB.
     assert s["bytes_ram"] <= budget * 1.6, s
+
+
+def test_compact_disk_index_equals_ram(lib, tmp_path):
+    """Past 2^15 keys on disk the disk index keeps 36 bits of a key's hash, not the key: new
+    keys that share a stored key's identity read its record, find another key and are new keys
+    all the same. Bit-identical to a RAM table through lookups of stored, shared-identity and new
+    keys, Adam-like updates, cleaning (segments of ~19 records), eviction and assign; and the
+    budget pays ~8 bytes a key on disk."""
+    budget = 2 << 20
+    ram, tier = Table(lib), Table(lib, budget, tmp_path / "t")
+    rng = np.random.default_rng(8)
+    stored = rng.permutation(np.unique(rng.integers(-(2**62), 2**62, 40_000)))
+    for t in (ram, tier):
+        t.add_slots([0.5, -1.0])
+    for batch in np.array_split(stored, 20):
+        outs = [t.lookup(batch) for t in (ram, tier)]
+        np.testing.assert_array_equal(outs[0], outs[1])
+    s = tier.stats()
+    assert s["rows_disk"] > 2**15 and s["rows_ram"] + s["rows_disk"] == tier.size() == stored.size
+    assert s["bytes_ram"] <= budget + 1024 * 3 * DIM * 4  # rows come 1,024 at a time
+    for step in range(21, 41):
+        old = rng.choice(stored, 1500, replace=False)  # on disk, most of them
+        shared = twins(rng, rng.choice(stored, 200, replace=False), 1)  # new, seemingly on disk
+        new = rng.integers(-(2**62), 2**62, 300)
+        keys = rng.permutation(np.concatenate([old, shared, new, old[:100]]))
+        outs = [t.lookup(keys) for t in (ram, tier)]
+        np.testing.assert_array_equal(outs[0], outs[1])
+        unique = np.unique(keys)
+        grads = rng.standard_normal((unique.size, DIM)).astype(np.float32)
+        for t in (ram, tier):
+            t.apply(unique, grads, step)
+        stored = np.union1d(stored, unique)
+    assert ram.size() == tier.size() == stored.size
+    assert_same(ram, tier)
+    # The budget charges the index for every key stored (~62k): 12-byte entries at load 3/8-3/4
+    # (1.5 MiB) would leave RAM ~1,100 rows of the 2 MiB; under 8 bytes a key leaves ~3,000.
+    s = tier.stats()
+    assert s["rows_disk"] > 2**15 and s["rows_ram"] >= 2500, s
+    assert ram.evict(15) == tier.evict(15) > 0
+    back = np.concatenate([stored[:300], twins(rng, stored[300:400], 1)])
+    rows = rng.standard_normal((back.size, 3 * DIM)).astype(np.float32)
+    for t in (ram, tier):
+        t.assign(back, rows, True, 100)
+    assert_same(ram, tier)
