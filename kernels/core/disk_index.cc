@@ -5,10 +5,10 @@
 namespace sok_lite {
 namespace {
 
-// A shard grows once more than 97% of its entries would be full, to 93% full (no doubling: the
+// A shard grows once more than 95% of its entries would be full, to 92% full (no doubling: the
 // budget charges its bytes for every key stored).
-constexpr int64_t kGrowPercent = 97;
-constexpr int64_t kGrownPercent = 93;
+constexpr int64_t kGrowPercent = 95;
+constexpr int64_t kGrownPercent = 92;
 
 uint32_t Next(uint32_t pos, uint32_t cap) { return pos + 1 == cap ? 0 : pos + 1; }
 uint32_t GrownCap(int64_t keys) { return static_cast<uint32_t>(keys * 100 / kGrownPercent + 2); }
@@ -19,8 +19,8 @@ int64_t DiskIndex::BytesFor(int64_t keys) const {
   if (!compact() && keys <= kCompactFrom) {
     return IndexCapacityFor(keys) * static_cast<int64_t>(sizeof(SlotIndex::Entry));
   }
-  // Shards: 4,096, or as many as `keys` split them into (each then holds 256 on average), or as
-  // many as there are. Each holds at most its keys * 100 / 93 + 2 entries and a spare byte.
+  // Shards: 4,096, or as many as `keys` split them into (each then holds 512 on average), or as
+  // many as there are. Each holds at most its keys * 100 / 92 + 2 entries and a spare byte.
   const int64_t shards = std::max<int64_t>(
       {int64_t{1} << kFirstShardBits, keys / (kSplitAt / 2) + 1, int64_t(shards_.size())});
   return shards * static_cast<int64_t>(sizeof(Shard) + 1 + 3 * kEntryBytes) +

@@ -341,7 +341,9 @@ std::string HashTable::ReadBack(const std::vector<int64_t>& on_disk,
     if (absent) absent->clear();
     return problem;
   }
+  constexpr int64_t ahead = DiskIndex::kPrefetchAhead;
   for (int64_t j = 0; j < m; ++j) {
+    if (j + ahead < m && slots[j + ahead] >= 0) tier_->PrefetchIndex(on_disk[j + ahead]);
     if (slots[j] < 0) continue;
     const int64_t r = IndexNewRow(on_disk[j]);
     meta_[r] = metas[j];

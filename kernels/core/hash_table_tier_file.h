@@ -85,6 +85,8 @@ class RowTierFile {
   [[nodiscard]] std::string Read(int64_t n, const int64_t* keys, RowMeta* metas, float* rows,
                                  int64_t* slots, const ParallelRunner& run) const;
 
+  // Brings the disk index's entry for key into the cache ahead of an Erase of it.
+  void PrefetchIndex(int64_t key) const { index_.Prefetch(key); }
   // Removes key, whose record is at slot (as Read or ForEachMeta gave it), or where cleaning
   // moved it since while TrackMoves is on.
   void Erase(int64_t key, int64_t slot);

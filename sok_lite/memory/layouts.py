@@ -45,8 +45,8 @@ HASH_MAX_LOAD = (3, 4)
 # row's floats, padded to 8 bytes; files are cut into segments of ~1 MiB, at most 8,192 records.
 TIER_HEADER_BYTES = HASH_ROW_META_BYTES + 8
 # kernels/core/disk_index.h: exact (12-byte entries, as the RAM index grows) up to 2^15 keys;
-# compact past that: 7-byte entries at most 100/93 of the keys plus 2 a shard, in 4,096 shards or
-# one per 256 keys, each with a 16-byte header, a spare byte and up to 3 entries of slack.
+# compact past that: 7-byte entries at most 100/92 of the keys plus 2 a shard, in 4,096 shards or
+# one per 512 keys, each with a 16-byte header, a spare byte and up to 3 entries of slack.
 TIER_INDEX_ENTRY_BYTES = 12
 TIER_COMPACT_FROM = 1 << 15
 TIER_COMPACT_ENTRY_BYTES = 7
@@ -138,8 +138,8 @@ def disk_key_index_bytes(rows: int) -> int:
     DiskIndex::BytesFor of an index that has not been compact yet."""
     if rows <= TIER_COMPACT_FROM:
         return hash_index_slots(rows) * TIER_INDEX_ENTRY_BYTES
-    shards = max(4096, rows // 256 + 1)
-    return shards * TIER_COMPACT_SHARD_BYTES + TIER_COMPACT_ENTRY_BYTES * (rows * 100 // 93)
+    shards = max(4096, rows // 512 + 1)
+    return shards * TIER_COMPACT_SHARD_BYTES + TIER_COMPACT_ENTRY_BYTES * (rows * 100 // 92)
 
 
 def tier_index_bytes(rows: int, record_bytes: int) -> int:
