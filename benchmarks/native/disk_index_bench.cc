@@ -43,7 +43,7 @@ struct Compact {
   static const char* Name() { return "compact"; }
 };
 
-constexpr int64_t kAhead = sok_lite::DiskIndex::kPrefetchAhead;
+constexpr int64_t kAhead = sok_lite::kPrefetchDistance;
 
 template <typename Index>
 void Run(const std::vector<int64_t>& keys, const std::vector<int64_t>& absent, int64_t churn) {

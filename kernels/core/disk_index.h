@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kernels/core/open_index.h"
+#include "kernels/core/prefetch.h"
 
 namespace sok_lite {
 
@@ -55,9 +56,12 @@ class DiskIndex {
     if (!compact()) return;
     const uint64_t h = Hash(key);
     const Shard& s = shards_[ShardOf(h)];
-    if (s.cap > 0) __builtin_prefetch(s.bytes.get() + Home(TagOf(h), s.cap) * kEntryBytes);
+    if (s.cap > 0) {
+      PrefetchLine(
+          reinterpret_cast<const char*>(s.bytes.get()) + Home(TagOf(h), s.cap) * kEntryBytes,
+          false);
+    }
   }
-  static constexpr int64_t kPrefetchAhead = 8;  // keys ahead that loops prefetch
   // Appends to *slots the slots that may hold key's record (exact: at most one, its own).
   void Candidates(int64_t key, std::vector<uint32_t>* slots) const;
   // Whether the index maps key to slot (exact: key's entry; compact: an entry of key's identity).

@@ -341,7 +341,7 @@ std::string HashTable::ReadBack(const std::vector<int64_t>& on_disk,
     if (absent) absent->clear();
     return problem;
   }
-  constexpr int64_t ahead = DiskIndex::kPrefetchAhead;
+  constexpr int64_t ahead = kPrefetchDistance;
   for (int64_t j = 0; j < m; ++j) {
     if (j + ahead < m && slots[j + ahead] >= 0) tier_->PrefetchIndex(on_disk[j + ahead]);
     if (slots[j] < 0) continue;

@@ -307,7 +307,7 @@ std::string RowTierFile::Append(int64_t n, const char* records, const int64_t* k
     return problem;
   }
   std::vector<int64_t> closed;
-  constexpr int64_t ahead = DiskIndex::kPrefetchAhead;
+  constexpr int64_t ahead = kPrefetchDistance;
   for (int64_t i = 0; i < std::min(n, ahead); ++i) index_.Prefetch(keys[i]);
   for (int64_t i = 0; i < n; ++i) {
     if (i + ahead < n) index_.Prefetch(keys[i + ahead]);
@@ -408,7 +408,7 @@ std::string RowTierFile::Read(int64_t n, const int64_t* keys, RowMeta* metas, fl
   std::vector<std::pair<int64_t, int64_t>> order;  // (slot, i): every candidate record of key i
   order.reserve(n);
   std::vector<uint32_t> candidates;
-  constexpr int64_t ahead = DiskIndex::kPrefetchAhead;
+  constexpr int64_t ahead = kPrefetchDistance;
   for (int64_t i = 0; i < std::min(n, ahead); ++i) index_.Prefetch(keys[i]);
   for (int64_t i = 0; i < n; ++i) {
     if (i + ahead < n) index_.Prefetch(keys[i + ahead]);
