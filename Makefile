@@ -11,7 +11,7 @@ BUILD_STAMP := build/.sok_lite_ops
 KERNEL_SOURCES := $(shell find kernels -name '*.cc' -o -name '*.h' -o -name '*.cu' 2>/dev/null)
 CXX_FILES := $(shell find kernels -name '*.cc' -o -name '*.h' 2>/dev/null)
 
-.PHONY: setup build demo test test-matrix wheel wheel-check test-asan fuzz lint bench bench-e2e bench-distributed clean
+.PHONY: setup build demo test test-matrix wheel wheel-check test-asan fuzz lint bench bench-e2e bench-distributed bench-fbgemm fbgemm-venv clean
 
 setup: $(DEPS_STAMP) $(HOROVOD_STAMP) $(BUILD_STAMP)
 
@@ -78,6 +78,19 @@ bench-e2e: setup
 
 bench-distributed: setup
 	cd benchmarks && horovodrun -np 2 -H localhost:2 --gloo $(PY) distributed_bench.py
+
+# Our table step against FBGEMM's CPU table-batched embedding. FBGEMM runs on PyTorch, in a
+# virtualenv of its own (~5 GB from the package registry; not needed by `make test`).
+FBGEMM_VENV := .venv-fbgemm
+FBGEMM_STAMP := $(FBGEMM_VENV)/.sok_lite_fbgemm
+fbgemm-venv: $(FBGEMM_STAMP)
+$(FBGEMM_STAMP):
+	$(PYTHON) -m venv $(FBGEMM_VENV)
+	$(FBGEMM_VENV)/bin/pip install --quiet torch==2.14.1 fbgemm-gpu-cpu==1.9.0 numpy
+	touch $@
+
+bench-fbgemm: setup fbgemm-venv
+	cd benchmarks && $(PY) fbgemm_peer.py --peer-python $(abspath $(FBGEMM_VENV))/bin/python
 
 clean:
 	rm -rf build sok_lite/_sok_lite_ops*.so sok_lite/_sok_lite_*.build.json *.egg-info

@@ -8,15 +8,21 @@ import numpy as np
 
 def memory_setting() -> str:
     """The paths a run took that depend on the machine: the kernel's transparent-huge-page
-    mode, whether sok_lite asked for huge pages (SOK_LITE_HUGE_PAGES=1), and the update path
-    (the table's backward pass and its optimizer run as separate ops)."""
+    mode, whether sok_lite asked for huge pages (SOK_LITE_HUGE_PAGES=1), TensorFlow's CPU
+    allocator (malloc, or its caching BFC allocator with TF_CPU_ALLOCATOR_USE_BFC=true:
+    docs/user_guide.md, "Static tables") and the update path (the table's backward pass and its
+    optimizer run as separate ops)."""
     try:
         with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
             thp = next(w.strip("[]") for w in f.read().split() if w.startswith("["))
     except (OSError, StopIteration):
         thp = "unknown"
     huge = "on" if os.environ.get("SOK_LITE_HUGE_PAGES") == "1" else "off"
-    return f"transparent huge pages: {thp}; sok_lite huge pages: {huge}; update: unfused"
+    bfc = os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower() in ("1", "true")
+    return (
+        f"transparent huge pages: {thp}; sok_lite huge pages: {huge}; "
+        f"TF CPU allocator: {'bfc' if bfc else 'malloc'}; update: unfused"
+    )
 
 
 def zipf_ids(rng, n, vocab, a=1.2):

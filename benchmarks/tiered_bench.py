@@ -40,9 +40,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tiered_prefetch  # noqa: E402
 import tiered_sweep  # noqa: E402
+from common import memory_setting  # noqa: E402
 from storage_engine_bench import raw_random_reads  # noqa: E402
 
 BATCH = 163_840
+
+
+def _io_bytes() -> tuple[int, int]:
+    """(rchar, wchar) of /proc/self/io: bytes this process read and wrote by system calls."""
+    fields = dict(
+        line.split(": ") for line in pathlib.Path("/proc/self/io").read_text().split("\n") if line
+    )
+    return int(fields["rchar"]), int(fields["wchar"])
 
 
 def _status_kib(field: str) -> int:
@@ -259,13 +268,27 @@ def zipf(args) -> dict:
             _time(step, batches, 8)
         before = dict(tiered.memory_stats())
         ram_ms, tiered_ms = [], []
+        cpu = {"ram": 0.0, "tiered": 0.0}  # process CPU seconds, every thread
+        io = [0, 0]  # bytes the tiered steps read and wrote through system calls
         for _ in range(args.rounds):
+            start = time.process_time()
             ram_ms.append(_time(ram_step, batches, args.iters))
+            cpu["ram"] += time.process_time() - start
+            start, io_start = time.process_time(), _io_bytes()
             tiered_ms.append(_time(tiered_step, batches, args.iters))
+            cpu["tiered"] += time.process_time() - start
+            io = [a + b - c for a, b, c in zip(io, _io_bytes(), io_start)]
         after = tiered.memory_stats()
         ram_ms, tiered_ms = float(np.median(ram_ms)), float(np.median(tiered_ms))
         hits = after["hits"] - before["hits"]
         misses = after["misses"] - before["misses"]
+        # Per missed id: the tier's CPU (the tiered steps' CPU beyond the all-RAM steps') and
+        # the bytes read and written (page cache included, so without a disk read too).
+        per_miss = {
+            "cpu_us": (cpu["tiered"] - cpu["ram"]) * 1e6 / max(misses, 1),
+            "read_bytes": io[0] / max(misses, 1),
+            "written_bytes": io[1] / max(misses, 1),
+        }
         unique = int(np.mean([len(np.unique(b)) for b in batches]))
         print(
             f"zipf: {BATCH:,} Zipf(1.1) ids (~{unique:,} unique) over {args.keys:,} keys, "
@@ -278,9 +301,16 @@ def zipf(args) -> dict:
             f"  tiered / RAM: {tiered_ms / ram_ms:.2f}x (target <= 1.5x); RAM-tier hit rate "
             f"{hits / max(hits + misses, 1):.3f}"
         )
+        steps = args.rounds * args.iters
+        print(
+            f"  per missed id ({misses / steps:,.0f} a step): {per_miss['cpu_us']:.2f} us of CPU "
+            f"beyond the all-RAM step, {per_miss['read_bytes']:,.0f} bytes read, "
+            f"{per_miss['written_bytes']:,.0f} written; {memory_setting()}"
+        )
         return {
             "ram_ms": ram_ms,
             "tiered_ms": tiered_ms,
+            "per_miss": per_miss,
             "hit_rate": hits / max(hits + misses, 1),
             "stats": after,
         }

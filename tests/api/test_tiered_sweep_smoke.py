@@ -1,7 +1,8 @@
-"""benchmarks/tiered_bench.py sweep and prefetch at a small size: the sweep writes its JSON, with
-the measured hit rate beside the plan's prediction and an infeasible budget recorded with the
-plan's reason; prefetch writes all-RAM, tiered and prefetched figures per budget (timings at
-this length mean nothing: only the results' shape and hit rates are checked)."""
+"""benchmarks/tiered_bench.py sweep, prefetch and zipf at a small size: the sweep writes its JSON,
+with the measured hit rate beside the plan's prediction and an infeasible budget recorded with
+the plan's reason; prefetch writes all-RAM, tiered and prefetched figures per budget; zipf
+reports the CPU and bytes a missed id costs (timings at this length mean nothing: only the
+results' shape and hit rates are checked)."""
 
 import json
 
@@ -43,3 +44,16 @@ def test_tiered_prefetch_writes_three_variants_per_budget(tmp_path):
     assert point["prefetch"]["hit_rate"] > point["tiered"]["hit_rate"], point
     for variant in ("ram", "tiered", "prefetch"):
         assert point[variant]["ms_per_step"] > 0 and point[variant]["cpu_ms_per_step"] > 0
+
+
+def test_tiered_zipf_reports_cpu_and_bytes_per_miss(tmp_path):
+    out = tmp_path / "zipf.json"
+    # A batch's new keys (200,000 while the table fills) must fit the budget beside the index.
+    args = ["zipf", "--keys", "1000000", "--dim", "8", "--budget", "48MiB", "--rounds", "1"]
+    args += ["--iters", "3", "--dir", str(tmp_path), "--json", str(out)]
+    proc = run_benchmark("tiered_bench.py", *args, timeout=600)
+    assert "per missed id" in proc.stdout and "TF CPU allocator" in proc.stdout
+    zipf = json.loads(out.read_text())["zipf"]
+    assert 0 < zipf["hit_rate"] < 1, zipf
+    # Every missed row is read back and as many spilled: bytes both ways through the tier file.
+    assert zipf["per_miss"]["read_bytes"] > 0 and zipf["per_miss"]["written_bytes"] > 0, zipf
