@@ -22,11 +22,11 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
+from common import time_steps  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 # Keras name -> FBGEMM's OptimType member, and hyper-parameters both sides take alike.
@@ -52,15 +52,6 @@ def workload(args, directory: pathlib.Path):
     np.save(directory / "table.npy", table)
     np.savez(directory / "batches.npz", ids=np.stack(ids), upstream=upstream)
     return table, ids, upstream
-
-
-def median_block_ms(step, iters: int) -> float:
-    times = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - start) * 1e3)
-    return float(np.median(times))
 
 
 # -- ours (TensorFlow) ---------------------------------------------------------------------------
@@ -148,7 +139,7 @@ def peer_main(directory: pathlib.Path, optimizer: str) -> None:
     print(json.dumps({"ready": torch.__version__}), flush=True)
     for line in sys.stdin:
         iters = int(line.split()[1])
-        print(json.dumps({"ms": median_block_ms(step, iters)}), flush=True)
+        print(json.dumps({"ms": time_steps([step], warmup=0, iters=iters)[0]}), flush=True)
 
 
 class Peer:
@@ -223,7 +214,7 @@ def main() -> None:
             peer.block(3)
             ours_ms, peer_ms = [], []
             for _ in range(args.rounds):
-                ours_ms.append(median_block_ms(ours, args.iters))
+                ours_ms.append(time_steps([ours], warmup=0, iters=args.iters)[0])
                 peer_ms.append(peer.block(args.iters))
             peer.close()
             o, f = float(np.median(ours_ms)), float(np.median(peer_ms))
