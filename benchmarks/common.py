@@ -8,7 +8,9 @@ import numpy as np
 
 def memory_setting() -> str:
     """The paths a run took that depend on the machine: the kernel's transparent-huge-page
-    mode, whether sok_lite asked for huge pages (SOK_LITE_HUGE_PAGES=1), TensorFlow's CPU
+    mode, whether sok_lite asked for huge pages (SOK_LITE_HUGE_PAGES=1), whether glibc's malloc
+    asks for them for every block it maps (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, read when the
+    process starts: docs/user_guide.md, "Static tables"), TensorFlow's CPU
     allocator (malloc, or its caching BFC allocator with TF_CPU_ALLOCATOR_USE_BFC=true:
     docs/user_guide.md, "Static tables") and the update path (the table's backward pass and its
     optimizer run as separate ops)."""
@@ -18,9 +20,12 @@ def memory_setting() -> str:
     except (OSError, StopIteration):
         thp = "unknown"
     huge = "on" if os.environ.get("SOK_LITE_HUGE_PAGES") == "1" else "off"
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    malloc_huge = "on" if "glibc.malloc.hugetlb=1" in tunables.split(":") else "off"
     bfc = os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower() in ("1", "true")
     return (
         f"transparent huge pages: {thp}; sok_lite huge pages: {huge}; "
+        f"malloc huge pages: {malloc_huge}; "
         f"TF CPU allocator: {'bfc' if bfc else 'malloc'}; update: unfused"
     )
 

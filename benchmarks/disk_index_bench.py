@@ -20,12 +20,17 @@ SOURCES = ["benchmarks/native/disk_index_bench.cc", "kernels/core/disk_index.cc"
 SOURCES += ["kernels/core/open_index.cc"]
 
 
-def build(out: pathlib.Path) -> pathlib.Path:
+def compiler() -> str:
+    """$CXX, else g++ or c++ from PATH."""
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if cxx is None:
-        raise SystemExit("disk_index_bench needs a C++ compiler (g++ or $CXX)")
+        raise SystemExit("the native benchmarks need a C++ compiler (g++ or $CXX)")
+    return cxx
+
+
+def build(out: pathlib.Path) -> pathlib.Path:
     exe = out / "disk_index_bench"
-    cmd = [cxx, "-O2", "-std=c++17", f"-I{ROOT}", "-o", str(exe)]
+    cmd = [compiler(), "-O2", "-std=c++17", f"-I{ROOT}", "-o", str(exe)]
     subprocess.run(cmd + [str(ROOT / s) for s in SOURCES], check=True)
     return exe
 

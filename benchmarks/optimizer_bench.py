@@ -12,7 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from common import cycling, memory_setting, report, time_steps  # noqa: E402
+from common import cycling, memory_setting, report, time_blocks, time_steps  # noqa: E402
 
 import sok_lite as sok  # noqa: E402
 
@@ -60,9 +60,25 @@ def main():
     p.add_argument("--touched", type=int, default=4096)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--sizes", default="100000,1000000,10000000")
+    p.add_argument("--rounds", type=int, default=6, help="blocks of each table size")
+    p.add_argument("--no-peer", action="store_true", help="only our step against table size")
     args = p.parse_args()
     print(memory_setting())
+    if not args.no_peer:
+        peer(args)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(f"our Adam step vs table size ({args.touched:,} touched rows, d = {args.dim}):")
+    # Blocks of steps of each size alternate, so a change in the machine's load hits them alike.
+    fns = [our_step_fn(rows, args.dim, args.touched) for rows in sizes]
+    for fn in fns:
+        fn()  # traced, slots made, huge pages advised if asked
+    times = time_blocks(fns, rounds=args.rounds, iters=args.iters)
+    for rows, ms in zip(sizes, times):
+        print(f"  {rows:>12,} rows  {ms:8.2f} ms/step")
+    print(f"  largest / smallest: {max(times) / min(times):.2f}")
 
+
+def peer(args):
     ours_ms, keras_ms = time_steps(
         [
             our_step_fn(args.rows, args.dim, args.touched),
@@ -77,14 +93,6 @@ def main():
         keras_ms,
         "keras.optimizers.Adam (plain)",
     )
-    print(f"our Adam step vs table size ({args.touched:,} touched rows, d = {args.dim}):")
-    sizes = [int(s) for s in args.sizes.split(",")]
-    times = []
-    for rows in sizes:
-        (ms,) = time_steps([our_step_fn(rows, args.dim, args.touched)], warmup=3, iters=args.iters)
-        times.append(ms)
-        print(f"  {rows:>12,} rows  {ms:8.2f} ms/step")
-    print(f"  largest / smallest: {max(times) / min(times):.2f}")
 
 
 if __name__ == "__main__":
