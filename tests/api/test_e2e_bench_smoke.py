@@ -41,3 +41,12 @@ def test_e2e_bench_deeprec_model_under_mixed_precision(tmp_path):
     assert result["model"] == "deeprec-dlrm" and result["cores"] >= 1
     assert "speed-up of sok_lite_static@mixed_bfloat16 over plain Keras" in stdout
     assert "DeepRec's published figure" in stdout
+
+
+def test_e2e_profile_target_reports_its_pid_when_warm(tmp_path):
+    ready = tmp_path / "ready"
+    args = ["--kind", "sok_lite_dynamic", "--scale", "0.0001", "--warm", "1", "--steps", "2"]
+    proc = run_benchmark("e2e_profile_target.py", *args, "--ready", str(ready))
+    assert int(ready.read_text()) > 0
+    assert "sok_lite_dynamic, scale 0.0001: " in proc.stdout
+    assert "a step over 2 steps" in proc.stdout
