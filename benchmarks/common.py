@@ -1,6 +1,9 @@
 """Timing and synthetic-id helpers shared by the benchmarks."""
 
 import os
+import pathlib
+import shutil
+import subprocess
 import time
 
 import numpy as np
@@ -28,6 +31,23 @@ def memory_setting() -> str:
         f"malloc huge pages: {malloc_huge}; "
         f"TF CPU allocator: {'bfc' if bfc else 'malloc'}; update: unfused"
     )
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def build_native(
+    name: str, sources: list[str], out: pathlib.Path, flags: list[str]
+) -> pathlib.Path:
+    """Compiles `sources` (paths from the repository root) into out/name with $CXX, else g++ or
+    c++ from PATH, and `flags`; returns the executable."""
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        raise SystemExit("the native benchmarks need a C++ compiler (g++ or $CXX)")
+    exe = out / name
+    cmd = [cxx, *flags, "-std=c++17", f"-I{ROOT}", "-o", str(exe)]
+    subprocess.run(cmd + [str(ROOT / s) for s in sources], check=True)
+    return exe
 
 
 def zipf_ids(rng, n, vocab, a=1.2):

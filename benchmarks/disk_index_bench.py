@@ -9,30 +9,18 @@ Usage: cd benchmarks && python disk_index_bench.py [--keys 1000000 4000000 16000
 
 import argparse
 import json
-import os
 import pathlib
-import shutil
 import subprocess
 import tempfile
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from common import build_native
+
 SOURCES = ["benchmarks/native/disk_index_bench.cc", "kernels/core/disk_index.cc"]
 SOURCES += ["kernels/core/open_index.cc"]
 
 
-def compiler() -> str:
-    """$CXX, else g++ or c++ from PATH."""
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        raise SystemExit("the native benchmarks need a C++ compiler (g++ or $CXX)")
-    return cxx
-
-
 def build(out: pathlib.Path) -> pathlib.Path:
-    exe = out / "disk_index_bench"
-    cmd = [compiler(), "-O2", "-std=c++17", f"-I{ROOT}", "-o", str(exe)]
-    subprocess.run(cmd + [str(ROOT / s) for s in SOURCES], check=True)
-    return exe
+    return build_native("disk_index_bench", SOURCES, out, ["-O2"])
 
 
 def run(exe: pathlib.Path, keys: int) -> list[dict]:

@@ -15,7 +15,7 @@ import pathlib
 import subprocess
 import tempfile
 
-from disk_index_bench import ROOT, compiler
+from common import build_native
 
 SOURCES = ["benchmarks/native/fused_update_bench.cc"]
 SOURCES += [f"kernels/core/{n}.cc" for n in ("lookup_combine", "lookup_unique", "optimizer")]
@@ -29,9 +29,9 @@ def main() -> None:
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        exe = pathlib.Path(tmp) / "fused_update_bench"
-        cmd = [compiler(), "-O3", "-fno-math-errno", "-std=c++17", f"-I{ROOT}", "-o", str(exe)]
-        subprocess.run(cmd + [str(ROOT / s) for s in SOURCES], check=True)
+        exe = build_native(
+            "fused_update_bench", SOURCES, pathlib.Path(tmp), ["-O3", "-fno-math-errno"]
+        )
         for rows in args.rows:
             out = subprocess.run(
                 [str(exe), str(rows), str(args.steps)], check=True, capture_output=True, text=True

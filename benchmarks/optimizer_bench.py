@@ -70,8 +70,6 @@ def main():
     print(f"our Adam step vs table size ({args.touched:,} touched rows, d = {args.dim}):")
     # Blocks of steps of each size alternate, so a change in the machine's load hits them alike.
     fns = [our_step_fn(rows, args.dim, args.touched) for rows in sizes]
-    for fn in fns:
-        fn()  # traced, slots made, huge pages advised if asked
     times = time_blocks(fns, rounds=args.rounds, iters=args.iters)
     for rows, ms in zip(sizes, times):
         print(f"  {rows:>12,} rows  {ms:8.2f} ms/step")
