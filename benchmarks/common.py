@@ -11,7 +11,8 @@ import numpy as np
 
 def memory_setting() -> str:
     """The paths a run took that depend on the machine: the kernel's transparent-huge-page
-    mode, whether sok_lite asked for huge pages (SOK_LITE_HUGE_PAGES=1), whether glibc's malloc
+    mode, where sok_lite asks for huge pages (new tables and slots unless
+    SOK_LITE_HUGE_PAGES=0; =1 also collapses tables written before), whether glibc's malloc
     asks for them for every block it maps (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, read when the
     process starts: docs/user_guide.md, "Static tables"), TensorFlow's CPU
     allocator (malloc, or its caching BFC allocator with TF_CPU_ALLOCATOR_USE_BFC=true:
@@ -22,7 +23,9 @@ def memory_setting() -> str:
             thp = next(w.strip("[]") for w in f.read().split() if w.startswith("["))
     except (OSError, StopIteration):
         thp = "unknown"
-    huge = "on" if os.environ.get("SOK_LITE_HUGE_PAGES") == "1" else "off"
+    huge = {"1": "new buffers + collapse", "0": "off"}.get(
+        os.environ.get("SOK_LITE_HUGE_PAGES", ""), "new buffers"
+    )
     tunables = os.environ.get("GLIBC_TUNABLES", "")
     malloc_huge = "on" if "glibc.malloc.hugetlb=1" in tunables.split(":") else "off"
     bfc = os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower() in ("1", "true")

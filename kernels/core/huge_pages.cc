@@ -15,22 +15,42 @@ namespace {
 
 constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
 
-bool Enabled() {
-  static const bool enabled = [] {
+// SOK_LITE_HUGE_PAGES: unset (new buffers only), "1" (collapse written ones too) or "0" (none).
+const char* Setting() {
+  static const char* setting = [] {
     const char* env = std::getenv("SOK_LITE_HUGE_PAGES");
-    return env != nullptr && std::strcmp(env, "1") == 0;
+    return env == nullptr ? "" : env;
   }();
-  return enabled;
+  return setting;
+}
+
+// The 2 MiB-aligned interior of [p, p + bytes) as [*begin, *end); false when there is none worth
+// advising.
+bool HugeInterior(const void* p, size_t bytes, uintptr_t* begin, uintptr_t* end) {
+  if (bytes < kHugePageMinBytes || p == nullptr) return false;
+  *begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) & ~(kHugePage - 1);
+  *end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHugePage - 1);
+  return *end > *begin;
 }
 
 }  // namespace
 
+bool AdviseHugePagesBeforeFirstWrite(const void* p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  uintptr_t begin = 0, end = 0;
+  if (std::strcmp(Setting(), "0") == 0 || !HugeInterior(p, bytes, &begin, &end)) return false;
+  return madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE) == 0;
+#else
+  (void)p;
+  (void)bytes;
+  return false;
+#endif
+}
+
 bool AdviseHugePages(const void* p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (bytes < kHugePageMinBytes || p == nullptr || !Enabled()) return false;
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) & ~(kHugePage - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHugePage - 1);
-  if (end <= begin) return false;
+  uintptr_t begin = 0, end = 0;
+  if (std::strcmp(Setting(), "1") != 0 || !HugeInterior(p, bytes, &begin, &end)) return false;
   static std::mutex mu;
   static std::unordered_map<uintptr_t, uintptr_t> advised;  // begin -> end
   {

@@ -1,9 +1,11 @@
 // Huge pages for large tables: rows of a table of gigabytes are read and written at random, and
 // with 4 KiB pages nearly every row access also misses the TLB (the page tables of a 1 GiB
 // array are 2 MiB themselves). Backing such a table with 2 MiB pages removes most of those
-// misses, but getting 2 MiB pages costs time once (zeroing or collapsing them: seconds per GiB
-// on a virtual machine), so it is opt-in: SOK_LITE_HUGE_PAGES=1. Linux only; a no-op elsewhere
-// and for small buffers. Measurements: docs/benchmarks.md, "Huge pages".
+// misses. A buffer that is advised before its first write is faulted in as 2 MiB pages at about
+// the cost of 4 KiB ones, so new tables and slots get that by default; collapsing the pages of a
+// buffer that is already written costs time once (up to seconds per GiB on a virtual machine), so
+// that is opt-in: SOK_LITE_HUGE_PAGES=1 (=0 turns both off). Linux only; a no-op elsewhere and
+// for small buffers. Measurements: docs/benchmarks.md, "Huge pages".
 #ifndef SOK_LITE_KERNELS_CORE_HUGE_PAGES_H_
 #define SOK_LITE_KERNELS_CORE_HUGE_PAGES_H_
 
@@ -19,6 +21,11 @@ constexpr size_t kHugePageMinBytes = size_t{32} << 20;
 // background. Done once per buffer (by its address range); failures are ignored, since the advice
 // only changes speed. Returns whether advice was given by this call.
 bool AdviseHugePages(const void* p, size_t bytes);
+
+// Asks the kernel to back the 2 MiB-aligned interior of [p, p + bytes), a buffer not yet written,
+// with huge pages when it is first written: nothing is collapsed. On unless SOK_LITE_HUGE_PAGES=0.
+// Returns whether advice was given.
+bool AdviseHugePagesBeforeFirstWrite(const void* p, size_t bytes);
 
 }  // namespace sok_lite
 

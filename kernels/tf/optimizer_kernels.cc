@@ -10,6 +10,7 @@
 #include "kernels/core/lookup_unique.h"
 #include "kernels/core/optimizer.h"
 #include "kernels/tf/cpu_parallel.h"
+#include "kernels/tf/table_assign_kernels.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
 namespace sok_lite {
@@ -39,10 +40,9 @@ class SparseApplyFunctor<CPUDevice, T> {
     return absl::OkStatus();
   }
 
-  static absl::Status CopyBuffer(tensorflow::OpKernelContext*, const tensorflow::Tensor& from,
+  static absl::Status CopyBuffer(tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& from,
                                  tensorflow::Tensor* to) {
-    std::copy_n(static_cast<const char*>(from.data()), from.TotalBytes(),
-                static_cast<char*>(to->data()));
+    CopyIntoNewTableBuffer(ctx, from, to);  // the table's buffer from now on: huge pages
     return absl::OkStatus();
   }
 

@@ -7,11 +7,13 @@ import weakref
 from collections.abc import Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from sok_lite._errors import table_label
 from sok_lite._tf_internals import VARIABLE_VALUE_KEY, ResourceVariable, Trackable, require
 from sok_lite.optim.optimizer_rules import is_legacy, rule_for, unwrap
+from sok_lite.tables.initializers import RowInitializer
 from sok_lite.tables.table_dtypes import row_dtype
 from sok_lite.tables.table_kind import (
     Optimizer,
@@ -20,6 +22,7 @@ from sok_lite.tables.table_kind import (
     TableKind,
     register_optimizer_state,
 )
+from sok_lite.tables.table_memory import assign_into_huge_pages, assigns_into_huge_pages
 
 # optimizer -> {table ref -> {slot name -> slot variable}}
 _SLOTS: weakref.WeakKeyDictionary[Optimizer, dict[object, dict[str, tf.Variable]]] = (
@@ -31,11 +34,27 @@ _UPDATED: weakref.WeakKeyDictionary[Optimizer, dict[object, tf.Variable]] = (
 )
 
 
+def _filled_rows(var: tf.Variable, dtype: tf.DType, fill: float) -> tf.Tensor:
+    """The initial value of a slot of `var`: every element `fill`.
+
+    A static table's float slots come from the row initializer's op, which advises huge pages
+    for a large buffer before writing it (the slot variable adopts the buffer); the op takes
+    its constant as a float32 attribute, so float64 slots go through it only for values exact
+    in float32.
+    """
+    exact = dtype == tf.float32 or (dtype == tf.float64 and float(np.float32(fill)) == fill)
+    if getattr(var, "kind", None) == "static" and exact:
+        rows, dim = (int(n) for n in var.shape)
+        init = RowInitializer("constant", a=float(fill))
+        return init(tf.range(rows, dtype=tf.int64), dim, dtype)
+    return tf.fill(tf.shape(var), tf.constant(fill, dtype))
+
+
 def _new_slot(var: tf.Variable, name: str, fill: float) -> tf.Variable:
     base = table_label(var)
     # float32 beside a 16-bit table unless it asks for bfloat16 slots (Variable(slot_dtype=)).
     dtype = getattr(var, "slot_dtype", None) or row_dtype(var.dtype)
-    value = tf.fill(tf.shape(var), tf.constant(fill, dtype))
+    value = _filled_rows(var, dtype, fill)
     if isinstance(var, TableKind):
         return var.slot_variable(value, f"{base}/{name}")
     return ResourceVariable(value, trainable=False, name=f"{base}/{name}")
@@ -117,9 +136,11 @@ def update_tracker(optimizer: Optimizer, var: tf.Variable) -> tf.Variable:
     if var.ref() not in per_var:
         # A plain resource variable: it follows this shard, whatever strategy is in scope.
         with tf.init_scope(), tf.device(var.device):
-            per_var[var.ref()] = ResourceVariable(
-                tf.fill([int(var.shape[0])], tf.constant(-1, tf.int64)), trainable=False
-            )
+            value = tf.fill([int(var.shape[0])], tf.constant(-1, tf.int64))
+            tracker = ResourceVariable(value, trainable=False)
+            if assigns_into_huge_pages(tracker, value):  # written at a random row per update
+                assign_into_huge_pages(tracker, value)
+            per_var[var.ref()] = tracker
     return per_var[var.ref()]
 
 

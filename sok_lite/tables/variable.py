@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from sok_lite import comm
 from sok_lite._errors import table_label
-from sok_lite._tf_internals import ResourceVariable
+from sok_lite._tf_internals import VARIABLE_VALUE_KEY, ResourceVariable
 from sok_lite.comm.shards import create_shards
 from sok_lite.comm.strategy import StrategyCommunicator
 from sok_lite.ops import lookup_ops
@@ -38,6 +38,7 @@ from sok_lite.tables.table_kind import (
     optimizer_state,
     ram_only,
 )
+from sok_lite.tables.table_memory import assign_into_huge_pages, assigns_into_huge_pages
 
 # A table's global [rows, dim], as a tf.TensorShape or a list of ints.
 ShapeLike: TypeAlias = tf.TensorShape | Sequence[int]
@@ -90,8 +91,9 @@ def _local_value(
     placement: Placement,
     rank: int,
     num_ranks: int,
-) -> tuple[tf.Tensor, tf.TensorShape]:
-    """This rank's rows and the global shape, from a global value or from shape + initializer."""
+) -> tuple[tf.Tensor, tf.TensorShape, bool]:
+    """This rank's rows, the global shape, and whether the rows come from the row initializer's
+    op (whose buffer is advised for huge pages), from a global value or shape + initializer."""
     if initial_value is not None:
         if shape is not None or initializer is not None:
             raise ValueError("pass either initial_value or shape/initializer, not both")
@@ -99,7 +101,7 @@ def _local_value(
         if value.shape.rank != 2:
             raise ValueError(f"an embedding table must be 2-D [rows, dim], got shape {value.shape}")
         ids = _local_row_ids(placement, int(value.shape[0]), rank, num_ranks)
-        return tf.gather(value, ids), value.shape
+        return tf.gather(value, ids), value.shape, False
     if shape is None:
         raise ValueError("pass initial_value, or shape= (with an optional initializer=)")
     global_shape = tf.TensorShape(shape)
@@ -109,10 +111,10 @@ def _local_value(
     ids = _local_row_ids(placement, rows, rank, num_ranks)
     init = _row_initializer(initializer)
     if init is not None:
-        return init(ids, dim, dtype), global_shape
+        return init(ids, dim, dtype), global_shape, True
     # Any other callable(shape, dtype): evaluated on the global shape, then sliced. Correct for
     # every rank count, but each rank computes the whole table once.
-    return tf.gather(_whole_table(initializer, global_shape, dtype), ids), global_shape
+    return tf.gather(_whole_table(initializer, global_shape, dtype), ids), global_shape, False
 
 
 def read_rows(
@@ -221,7 +223,7 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
         if placement.kind == "localized" and placement.rank >= num_ranks:
             raise ValueError(f"mode {mode!r} names rank {placement.rank} of {num_ranks}")
         # 16-bit tables: values are made in float32 and rounded to nearest once.
-        local, global_shape = _local_value(
+        local, global_shape, advised = _local_value(
             check_value_range(initial_value, dtype, name),
             shape,
             initializer,
@@ -231,8 +233,11 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
             num_ranks,
         )
         check_value_range(local, dtype, name)  # values an initializer made
+        advised = advised and local.dtype == dtype
         local = tf.cast(local, dtype)
         super().__init__(initial_value=local, trainable=trainable, name=name, dtype=dtype)
+        if not advised and tf.executing_eagerly() and assigns_into_huge_pages(self, local):
+            assign_into_huge_pages(self, local)  # the adopted buffer was written unadvised
         self._global_shape = global_shape
         self._placement = placement
         # Global row = local row * stride + offset: what a 16-bit table's rounding draws from.
@@ -417,7 +422,20 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
         read_value: bool = True,
     ) -> tf.Tensor | tf.Operation:
         value = check_value_range(value, self.dtype, table_label(self), "assigned value")
-        return super().assign(value, use_locking, name, read_value)
+        value = tf.convert_to_tensor(value, dtype=self.dtype)
+        if not assigns_into_huge_pages(self, value):
+            return super().assign(value, use_locking, name, read_value)
+        assigned = assign_into_huge_pages(self, value)
+        if not read_value:
+            return assigned
+        with tf.control_dependencies([] if assigned is None else [assigned]):
+            return self.read_value()
+
+    def _restore_from_tensors(self, restored_tensors: dict[str, tf.Tensor]) -> tf.Operation:
+        value = restored_tensors[VARIABLE_VALUE_KEY]
+        if not assigns_into_huge_pages(self, value):
+            return super()._restore_from_tensors(restored_tensors)
+        return assign_into_huge_pages(self, value)
 
     def assign_rows(self, ids: tf.Tensor, values: tf.Tensor) -> None:
         values = check_value_range(values, self.dtype, table_label(self), "assigned value")

@@ -97,8 +97,12 @@ GPU_OPS = {
 # (a GPU table takes UniqueIds + DynamicLookup + SegmentCombine, see docs/gpu.md). The disk
 # tier's piecewise export and the memory counters: DynamicVariable exports a GPU table whole and
 # reports its size only. A load swaps a staged table into a host table only (a GPU table is
-# restored in place, its previous rows kept in host memory: sok_lite/tables/staging.py).
+# restored in place, its previous rows kept in host memory: sok_lite/tables/staging.py). A whole
+# assign into a new buffer advised for huge pages is for host tables (a GPU table takes TF's), and
+# so is a disk tier's prefetch of the next batch's rows.
 CPU_ONLY_OPS = {
+    "SokLiteAssignTable",
+    "SokLiteDynamicPrefetch",
     "SokLiteDynamicLookupCombine",
     "SokLiteDynamicExportRange",
     "SokLiteDynamicMemoryStats",

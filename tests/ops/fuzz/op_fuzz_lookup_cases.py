@@ -1,4 +1,5 @@
-"""Fuzz cases for the lookup, row-initializer and optimizer ops (see op_fuzz_cases.py)."""
+"""Fuzz cases for the lookup, row-initializer, table-assign and optimizer ops (see
+op_fuzz_cases.py)."""
 
 import numpy as np
 from hypothesis import strategies as st
@@ -218,6 +219,27 @@ def init_rows(draw):
     kwargs = {"row_ids": row_ids, "dtype": dtype, "dim": dim, "kind": kind, "seed": draw(ints())}
     kwargs |= {"a": a, "b": b}
     return Case("sok_lite_init_rows", kwargs, draw(st.booleans()), invalid, check)
+
+
+@st.composite
+def assign_table(draw):
+    dtype = draw(st.sampled_from(["float32", "float64", "float16"]))
+    rows, dim = draw(st.integers(0, 5)), draw(st.integers(0, 3))
+    table = variable_spec(draw, rows, dim, dtype)
+    shape = [rows, dim]
+    if rare(draw):
+        shape = draw(st.sampled_from([[rows + 1, dim], [rows, dim + 1], [rows * dim], []]))
+    value = maybe_wrong_dtype(draw, float_array(draw, shape, np.dtype(dtype)))
+    invalid = ""
+    if table["resource"] == "missing":
+        invalid = "a table that does not exist"
+    elif value.dtype.name not in ("float32", "float64", "float16", "int64"):
+        invalid = f"a {value.dtype.name} value"
+    elif table["dtype"] != value.dtype.name or table["shape"] != list(value.shape):
+        invalid = f"a {value.dtype.name} {list(value.shape)} value for a {table['dtype']} table"
+        invalid += f" of shape {table['shape']}"
+    kwargs = {"table": table, "value": value}
+    return Case("sok_lite_assign_table", kwargs, draw(st.booleans()), invalid)
 
 
 @st.composite

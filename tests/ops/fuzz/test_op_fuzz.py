@@ -127,6 +127,12 @@ def test_init_rows(worker, case):
 
 
 @fuzz
+@given(case=lookup.assign_table())
+def test_assign_table(worker, case):
+    run(worker, [case])
+
+
+@fuzz
 @given(case=lookup.sparse_apply())
 def test_sparse_apply(worker, case):
     run(worker, [case])
@@ -285,6 +291,7 @@ FUZZED_OPS = {
     "SokLiteSegmentCombine",
     "SokLiteSegmentCombineGrad",
     "SokLiteInitRows",
+    "SokLiteAssignTable",
     "SokLiteSparseApply",
     "SokLitePartitionByOwner",
     "SokLiteGatherForPeers",

@@ -1,0 +1,173 @@
+"""Huge-page advice for static tables and their slots (kernels/core/huge_pages.h): given before
+a buffer is first written, for new tables and slots, for whole-table assigns and checkpoint
+restores, and for the private copy an update makes of a shared buffer; values never change.
+
+What is checked is the advice (the "hg" flag of the mappings in /proc/self/smaps), not whether the
+kernel found free 2 MiB pages, which depends on the machine's memory."""
+
+import gc
+import os
+import pathlib
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import sok_lite as sok
+from sok_lite.optim.slots import get_slots, updated_since
+
+pytestmark = pytest.mark.skipif(
+    not pathlib.Path("/sys/kernel/mm/transparent_hugepage").is_dir()
+    or os.environ.get("SOK_LITE_HUGE_PAGES") == "0"
+    or "glibc.malloc.hugetlb" in os.environ.get("GLIBC_TUNABLES", ""),
+    reason="Linux with transparent huge pages, advice on, malloc not advising every block",
+)
+
+ROWS, DIM = 160_000, 64  # 41 MB of float32: above the 32 MiB threshold
+MIB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _collected():
+    """Buffers of earlier tests freed first: the tests compare advised bytes before and after."""
+    gc.collect()
+    yield
+    gc.collect()
+
+
+def advised_bytes() -> int:
+    """Bytes of this process's mappings advised for huge pages."""
+    total, size = 0, 0
+    for line in pathlib.Path("/proc/self/smaps").read_text().splitlines():
+        if line.startswith("Size:"):
+            size = int(line.split()[1]) * 1024
+        elif line.startswith("VmFlags:") and " hg" in f" {line[8:]}":
+            total += size
+    return total
+
+
+def rows_of(dtype: tf.DType) -> int:
+    """Rows that make a table of `dtype` as large as ROWS of float32."""
+    return ROWS * 4 // dtype.size
+
+
+def table_bytes() -> int:
+    return ROWS * DIM * 4
+
+
+def grew_by_tables(before: int, after: int, tables: int = 1) -> bool:
+    """Whether the advised bytes grew by the 2 MiB-aligned interiors of `tables` more buffers of
+    table_bytes() (each loses less than 2 MiB at either end)."""
+    return tables * (table_bytes() - 4 * MIB) <= after - before <= tables * table_bytes()
+
+
+def test_a_new_table_is_advised_and_a_small_one_is_not():
+    before = advised_bytes()
+    table = sok.Variable(shape=[ROWS, DIM], initializer="random_normal")
+    assert grew_by_tables(before, advised_bytes())
+    middle = advised_bytes()
+    small = sok.Variable(shape=[1000, DIM], initializer="random_normal")
+    assert advised_bytes() == middle
+    del table, small
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_a_table_from_an_initial_value_is_advised_with_its_values(dtype):
+    value = np.random.default_rng(3).standard_normal([rows_of(dtype), DIM]).astype(np.float32)
+    before = advised_bytes()
+    table = sok.Variable(value, dtype=dtype)
+    assert grew_by_tables(before, advised_bytes())
+    np.testing.assert_array_equal(table.numpy(), tf.cast(value, dtype).numpy())
+
+
+def test_slots_are_advised_and_hold_their_fill():
+    table = sok.Variable(shape=[ROWS, DIM], initializer="zeros")
+    before = advised_bytes()
+    m, acc = get_slots(keras.optimizers.Adagrad(), table, [("m", 0.0), ("acc", 0.1)])
+    assert grew_by_tables(before, advised_bytes(), tables=2)
+    np.testing.assert_array_equal(m.numpy(), np.zeros([ROWS, DIM], np.float32))
+    np.testing.assert_array_equal(acc.numpy(), np.full([ROWS, DIM], 0.1, np.float32))
+
+
+def test_float64_slots_keep_a_fill_float32_cannot_hold():
+    table = sok.Variable(shape=[ROWS // 2, DIM], initializer="zeros", dtype=tf.float64)
+    (acc,) = get_slots(keras.optimizers.Adagrad(), table, [("acc", 0.1)])
+    np.testing.assert_array_equal(acc.numpy(), np.full([ROWS // 2, DIM], 0.1))
+
+
+def test_assign_and_restore_keep_advice_and_values_and_spare_readers(tmp_path):
+    table = sok.Variable(shape=[ROWS, DIM], initializer="random_normal")
+    saved = table.numpy()
+    path = tf.train.Checkpoint(t=table).save(str(tmp_path / "ckpt"))
+    reader = tf.identity(table)  # shares the table's buffer
+    before = advised_bytes()
+    out = table.assign(tf.zeros_like(table))
+    assert grew_by_tables(before, advised_bytes())  # the reader keeps the old buffer
+    assert float(tf.reduce_max(tf.abs(out))) == 0.0
+    np.testing.assert_array_equal(reader.numpy(), saved)
+    del reader, out
+    before = advised_bytes()
+    tf.train.Checkpoint(t=table).restore(path).assert_consumed()
+    np.testing.assert_array_equal(table.numpy(), saved)
+    assert abs(advised_bytes() - before) <= 2 * MIB
+    assert table.assign(saved, read_value=False) is None
+
+
+def test_an_update_of_a_shared_buffer_copies_it_into_an_advised_one():
+    table = sok.Variable(shape=[ROWS, DIM], initializer="zeros")
+    reader = tf.identity(table)  # the update must not write the reader's buffer
+    optimizer = keras.optimizers.SGD(1.0)
+    ids = tf.ragged.constant([[3, 9]], dtype=tf.int64)
+    before = advised_bytes()
+    with sok.OptimizerScope([table]):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(sok.lookup_sparse([table], [ids], combiners=["sum"])[0])
+        optimizer.apply_gradients(zip(tape.gradient(loss, [table]), [table]))
+    assert grew_by_tables(before, advised_bytes())
+    assert float(tf.reduce_max(tf.abs(reader))) == 0.0
+    np.testing.assert_array_equal(table.numpy()[[3, 9]], -np.ones([2, DIM], np.float32))
+
+
+def test_the_wrong_shape_is_refused_as_before():
+    table = sok.Variable(shape=[ROWS, DIM], initializer="zeros")
+    with pytest.raises((ValueError, tf.errors.InvalidArgumentError)):
+        table.assign(np.zeros([ROWS + 1, DIM], np.float32))
+    np.testing.assert_array_equal(table.numpy()[:2], np.zeros([2, DIM], np.float32))
+
+
+def test_advice_is_off_with_the_setting_zero():
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "from test_table_huge_pages import advised_bytes;"
+        "import sok_lite as sok; b = advised_bytes();"
+        "t = sok.Variable(shape=[160000, 64]); t.assign(t + 1.0);"
+        "print(advised_bytes() - b)"
+    )
+    env = {**os.environ, "SOK_LITE_HUGE_PAGES": "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(pathlib.Path(__file__).parent)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    assert out.stdout.split()[-1] == "0"
+
+
+def test_the_rows_changed_tracker_of_a_long_table_is_advised():
+    rows = 5_000_000  # int64 per row: 40 MB, a float32 table of width 1: 20 MB (not advised)
+    table = sok.Variable(shape=[rows, 1], initializer="zeros")
+    optimizer = keras.optimizers.SGD(1.0)
+    ids = tf.ragged.constant([[rows - 1]], dtype=tf.int64)
+    before = advised_bytes()
+    with sok.OptimizerScope([table]):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(sok.lookup_sparse([table], [ids], combiners=["sum"])[0])
+        optimizer.apply_gradients(zip(tape.gradient(loss, [table]), [table]))
+    grown = advised_bytes() - before
+    assert rows * 8 - 4 * MIB <= grown <= rows * 8
+    assert updated_since(optimizer, table, -1).numpy().tolist() == [rows - 1]
