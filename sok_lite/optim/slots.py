@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from sok_lite._errors import table_label
 from sok_lite._tf_internals import VARIABLE_VALUE_KEY, ResourceVariable, Trackable, require
+from sok_lite.ops.table_assign_ops import assign_into_huge_pages, assigns_into_huge_pages
 from sok_lite.optim.optimizer_rules import is_legacy, rule_for, unwrap
 from sok_lite.tables.initializers import RowInitializer
 from sok_lite.tables.table_dtypes import row_dtype
@@ -22,7 +23,6 @@ from sok_lite.tables.table_kind import (
     TableKind,
     register_optimizer_state,
 )
-from sok_lite.tables.table_memory import assign_into_huge_pages, assigns_into_huge_pages
 
 # optimizer -> {table ref -> {slot name -> slot variable}}
 _SLOTS: weakref.WeakKeyDictionary[Optimizer, dict[object, dict[str, tf.Variable]]] = (

@@ -15,6 +15,7 @@ from sok_lite.comm.shards import create_shards
 from sok_lite.comm.strategy import StrategyCommunicator
 from sok_lite.ops import lookup_ops
 from sok_lite.ops.optimizer_ops import sparse_apply
+from sok_lite.ops.table_assign_ops import assign_into_huge_pages, assigns_into_huge_pages
 from sok_lite.tables.initializers import RowInitializer, row_initializer
 from sok_lite.tables.key_hash import OWNER_BY_ROW, global_row
 from sok_lite.tables.placement import PlacedTable, Placement
@@ -38,7 +39,6 @@ from sok_lite.tables.table_kind import (
     optimizer_state,
     ram_only,
 )
-from sok_lite.tables.table_memory import assign_into_huge_pages, assigns_into_huge_pages
 
 # A table's global [rows, dim], as a tf.TensorShape or a list of ints.
 ShapeLike: TypeAlias = tf.TensorShape | Sequence[int]
@@ -92,8 +92,7 @@ def _local_value(
     rank: int,
     num_ranks: int,
 ) -> tuple[tf.Tensor, tf.TensorShape, bool]:
-    """This rank's rows, the global shape, and whether the rows come from the row initializer's
-    op (whose buffer is advised for huge pages), from a global value or shape + initializer."""
+    """This rank's rows, the global shape, and whether SokLiteInitRows wrote (and advised) them."""
     if initial_value is not None:
         if shape is not None or initializer is not None:
             raise ValueError("pass either initial_value or shape/initializer, not both")
@@ -156,10 +155,9 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
       trainable: whether the variable is trainable.
 
     Raises:
-      ValueError: for a table that is not 2-D, an unsupported dtype or slot_dtype (float16
-        slots, 16-bit slots beside a float32 / float64 table), an initial value beyond
-        float16's range (magnitude over 65,504) for a float16 table, a bad mode or conflicting
-        arguments.
+      ValueError: for a table that is not 2-D, an unsupported dtype or slot_dtype (float16 slots,
+        16-bit slots beside a float32 / float64 table), an initial value beyond float16's range
+        (magnitude over 65,504) for a float16 table, a bad mode or conflicting arguments.
 
     >>> import numpy as np, sok_lite as sok
     >>> v = sok.Variable(np.zeros([17, 3]), dtype="float32")
@@ -167,9 +165,8 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
     (TensorShape([17, 3]), 'distributed')
 
     Under a tf.distribute strategy whose process runs several replicas (MirroredStrategy), the
-    constructor returns a sok_lite.comm.shards.ReplicaShards: one Variable per replica, each
-    holding that replica's rows, which stands for the running replica's shard inside
-    strategy.run.
+    constructor returns a sok_lite.comm.shards.ReplicaShards: one Variable per replica, holding
+    its rows, which stands for the running replica's shard inside strategy.run.
     """
 
     def __new__(
@@ -233,7 +230,7 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
             num_ranks,
         )
         check_value_range(local, dtype, name)  # values an initializer made
-        advised = advised and local.dtype == dtype
+        advised &= local.dtype == dtype  # a cast to 16 bits writes a new buffer
         local = tf.cast(local, dtype)
         super().__init__(initial_value=local, trainable=trainable, name=name, dtype=dtype)
         if not advised and tf.executing_eagerly() and assigns_into_huge_pages(self, local):
@@ -423,19 +420,14 @@ class Variable(PlacedTable, ResourceVariable, TableKind):
     ) -> tf.Tensor | tf.Operation:
         value = check_value_range(value, self.dtype, table_label(self), "assigned value")
         value = tf.convert_to_tensor(value, dtype=self.dtype)
-        if not assigns_into_huge_pages(self, value):
-            return super().assign(value, use_locking, name, read_value)
-        assigned = assign_into_huge_pages(self, value)
-        if not read_value:
-            return assigned
-        with tf.control_dependencies([] if assigned is None else [assigned]):
-            return self.read_value()
+        if assigns_into_huge_pages(self, value):
+            return assign_into_huge_pages(self, value, read_value)
+        return super().assign(value, use_locking, name, read_value)
 
     def _restore_from_tensors(self, restored_tensors: dict[str, tf.Tensor]) -> tf.Operation:
-        value = restored_tensors[VARIABLE_VALUE_KEY]
-        if not assigns_into_huge_pages(self, value):
-            return super()._restore_from_tensors(restored_tensors)
-        return assign_into_huge_pages(self, value)
+        if assigns_into_huge_pages(self, value := restored_tensors[VARIABLE_VALUE_KEY]):
+            return assign_into_huge_pages(self, value)
+        return super()._restore_from_tensors(restored_tensors)
 
     def assign_rows(self, ids: tf.Tensor, values: tf.Tensor) -> None:
         values = check_value_range(values, self.dtype, table_label(self), "assigned value")

@@ -1,4 +1,5 @@
-"""Huge pages for static tables whose value is replaced whole (a checkpoint restore, an assign).
+"""SokLiteAssignTable: huge pages for static tables whose value is replaced whole (a checkpoint
+restore, a whole assign).
 
 New tables and slots come from ops that advise huge pages before writing their buffer, which the
 variable adopts (kernels/core/huge_pages.h). TensorFlow's assign would instead hand the variable
@@ -29,7 +30,14 @@ def assigns_into_huge_pages(var: tf.Variable, value: tf.Tensor) -> bool:
     return value.dtype == var.dtype and value.shape == shape
 
 
-def assign_into_huge_pages(var: tf.Variable, value: tf.Tensor) -> tf.Operation | None:
-    """Copies `value` into a new buffer of `var` advised for huge pages (the op; None eagerly)."""
+def assign_into_huge_pages(
+    var: tf.Variable, value: tf.Tensor, read_value: bool = False
+) -> tf.Tensor | tf.Operation | None:
+    """Copies `value` into a new buffer of `var` advised for huge pages. Returns the op (None
+    eagerly), or with read_value the variable's value after it, as tf.Variable.assign does."""
     with tf.device(var.device):
-        return run_op("assign_table", {}, table=var.handle, value=value)
+        assigned = run_op("assign_table", {}, table=var.handle, value=value)
+    if not read_value:
+        return assigned
+    with tf.control_dependencies([] if assigned is None else [assigned]):
+        return var.read_value()
