@@ -16,7 +16,7 @@ import tempfile
 from common import build_native
 
 SOURCES = ["benchmarks/native/disk_index_bench.cc", "kernels/core/disk_index.cc"]
-SOURCES += ["kernels/core/open_index.cc"]
+SOURCES += ["kernels/core/open_index.cc", "kernels/core/huge_pages.cc"]
 
 
 def build(out: pathlib.Path) -> pathlib.Path:

@@ -17,6 +17,7 @@
 #include "kernels/core/half_rows.h"
 #include "kernels/core/hash_table_record.h"
 #include "kernels/core/hash_table_tier_file.h"
+#include "kernels/core/huge_pages.h"
 #include "kernels/core/open_index.h"
 #include "kernels/core/prefetch.h"
 #include "kernels/core/row_init.h"
@@ -319,7 +320,7 @@ class HashTable {
   RowIndex index_;
   // Row storage in fixed-size chunks (no doubling of the whole payload on growth).
   std::vector<RowChunk> chunks_;
-  std::vector<RowMeta> meta_;
+  std::vector<RowMeta, HugePageAllocator<RowMeta>> meta_;  // reached per key: huge pages
   std::vector<bool> row_used_;
   std::vector<int64_t> free_rows_;
   // Occurrence counts of keys not admitted yet (min_count > 1).

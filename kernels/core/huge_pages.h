@@ -10,6 +10,7 @@
 #define SOK_LITE_KERNELS_CORE_HUGE_PAGES_H_
 
 #include <cstddef>
+#include <memory>
 
 namespace sok_lite {
 
@@ -26,6 +27,30 @@ bool AdviseHugePages(const void* p, size_t bytes);
 // with huge pages when it is first written: nothing is collapsed. On unless SOK_LITE_HUGE_PAGES=0.
 // Returns whether advice was given.
 bool AdviseHugePagesBeforeFirstWrite(const void* p, size_t bytes);
+
+// std::allocator, advising huge pages for every block before its elements are constructed: for
+// the large arrays a hash table reaches at random per key (its index, its rows' bookkeeping).
+template <typename T>
+struct HugePageAllocator {
+  using value_type = T;
+  HugePageAllocator() = default;
+  template <typename U>
+  HugePageAllocator(const HugePageAllocator<U>&) {}  // NOLINT: converting, as std::allocator
+  T* allocate(size_t n) {
+    T* p = std::allocator<T>().allocate(n);
+    AdviseHugePagesBeforeFirstWrite(p, n * sizeof(T));
+    return p;
+  }
+  void deallocate(T* p, size_t n) { std::allocator<T>().deallocate(p, n); }
+  template <typename U>
+  bool operator==(const HugePageAllocator<U>&) const {
+    return true;
+  }
+  template <typename U>
+  bool operator!=(const HugePageAllocator<U>&) const {
+    return false;
+  }
+};
 
 }  // namespace sok_lite
 

@@ -34,7 +34,7 @@ V OpenIndex<V, kEmpty>::Erase(int64_t key) {
 
 template <typename V, V kEmpty>
 void OpenIndex<V, kEmpty>::Rehash(int64_t capacity) {
-  std::vector<Entry> old = std::move(entries_);
+  std::vector<Entry, HugePageAllocator<Entry>> old = std::move(entries_);
   entries_.assign(capacity, Entry{0, kEmpty});
   for (const Entry& e : old) {
     if (e.value != kEmpty) Place(e.key, e.value);

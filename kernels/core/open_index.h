@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/core/cpu_gpu_rules.h"
+#include "kernels/core/huge_pages.h"
 
 namespace sok_lite {
 
@@ -131,7 +132,7 @@ class OpenIndex {
     entries_[pos] = Entry{key, value};
   }
 
-  std::vector<Entry> entries_;
+  std::vector<Entry, HugePageAllocator<Entry>> entries_;  // probed at random: huge pages
   int64_t size_ = 0;
 };
 
