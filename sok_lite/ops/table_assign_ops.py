@@ -5,7 +5,8 @@ New tables and slots come from ops that advise huge pages before writing their b
 variable adopts (kernels/core/huge_pages.h). TensorFlow's assign would instead hand the variable
 the value's own buffer (a restored tensor, written without that advice) or, once the table has
 been updated row-wise, a copy in a buffer it allocates; SokLiteAssignTable copies the value into
-a buffer advised first. Off with SOK_LITE_HUGE_PAGES=0; device tables take TensorFlow's assign.
+a buffer advised first. Off with SOK_LITE_HUGE_PAGES=0; tables not placed on a CPU take
+TensorFlow's assign.
 """
 
 import os
@@ -22,7 +23,8 @@ def assigns_into_huge_pages(var: tf.Variable, value: tf.Tensor) -> bool:
     """Whether a whole assign of `value` to `var` goes through assign_into_huge_pages: a host
     table of at least HUGE_PAGE_MIN_BYTES and a value of its dtype and shape (anything else
     takes TensorFlow's assign, which names the mismatch)."""
-    if os.environ.get("SOK_LITE_HUGE_PAGES") == "0" or "GPU" in var.device.upper():
+    # A graph variable without a device may be placed on a GPU, where the op has no kernel.
+    if os.environ.get("SOK_LITE_HUGE_PAGES") == "0" or "CPU" not in var.device.upper():
         return False
     shape = var.shape
     if not shape.is_fully_defined() or shape.num_elements() * var.dtype.size < HUGE_PAGE_MIN_BYTES:
