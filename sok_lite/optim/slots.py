@@ -34,8 +34,9 @@ _UPDATED: weakref.WeakKeyDictionary[Optimizer, dict[object, tf.Variable]] = (
 )
 
 
-def _filled_rows(var: tf.Variable, dtype: tf.DType, fill: float) -> tf.Tensor:
-    """The initial value of a slot of `var`: every element `fill`.
+def _filled_rows(var: tf.Variable, dtype: tf.DType, fill: float) -> tuple[tf.Tensor, bool]:
+    """The initial value of a slot of `var` (every element `fill`), and whether its buffer was
+    advised for huge pages.
 
     A static table's float slots come from the row initializer's op, which advises huge pages
     for a large buffer before writing it (the slot variable adopts the buffer); the op takes
@@ -46,18 +47,21 @@ def _filled_rows(var: tf.Variable, dtype: tf.DType, fill: float) -> tf.Tensor:
     if getattr(var, "kind", None) == "static" and exact:
         rows, dim = (int(n) for n in var.shape)
         init = RowInitializer("constant", a=float(fill))
-        return init(tf.range(rows, dtype=tf.int64), dim, dtype)
-    return tf.fill(tf.shape(var), tf.constant(fill, dtype))
+        return init(tf.range(rows, dtype=tf.int64), dim, dtype), True
+    return tf.fill(tf.shape(var), tf.constant(fill, dtype)), False
 
 
 def _new_slot(var: tf.Variable, name: str, fill: float) -> tf.Variable:
     base = table_label(var)
     # float32 beside a 16-bit table unless it asks for bfloat16 slots (Variable(slot_dtype=)).
     dtype = getattr(var, "slot_dtype", None) or row_dtype(var.dtype)
-    value = _filled_rows(var, dtype, fill)
-    if isinstance(var, TableKind):
-        return var.slot_variable(value, f"{base}/{name}")
-    return ResourceVariable(value, trainable=False, name=f"{base}/{name}")
+    value, advised = _filled_rows(var, dtype, fill)
+    if not isinstance(var, TableKind):
+        return ResourceVariable(value, trainable=False, name=f"{base}/{name}")
+    slot = var.slot_variable(value, f"{base}/{name}")
+    if not advised and assigns_into_huge_pages(slot, value):
+        assign_into_huge_pages(slot, value)  # bfloat16 slots: tf.fill wrote an unadvised buffer
+    return slot
 
 
 class _Float32Slot(Trackable):

@@ -171,3 +171,14 @@ def test_the_rows_changed_tracker_of_a_long_table_is_advised():
     grown = advised_bytes() - before
     assert rows * 8 - 4 * MIB <= grown <= rows * 8
     assert updated_since(optimizer, table, -1).numpy().tolist() == [rows - 1]
+
+
+def test_bfloat16_slots_are_advised_and_hold_their_fill():
+    rows = rows_of(tf.bfloat16)
+    table = sok.Variable(shape=[rows, DIM], dtype=tf.bfloat16, slot_dtype=tf.bfloat16)
+    before = advised_bytes()
+    (acc,) = get_slots(keras.optimizers.Adagrad(), table, [("acc", 0.1)])
+    assert acc.dtype == tf.bfloat16
+    assert grew_by_tables(before, advised_bytes())
+    expected = tf.fill([rows, DIM], tf.constant(0.1, tf.bfloat16)).numpy()
+    np.testing.assert_array_equal(acc.numpy(), expected)
