@@ -4,6 +4,7 @@ Both run on the same table values and the same ids inside tf.function; each step
 outputs and the gradient (IndexedSlices values and indices) so that nothing is pruned.
 
 Usage: python benchmarks/lookup_bench.py [--rows 1000000] [--dim 64] [--batch 16384] [--hotness 10]
+       [--no-peer]
 """
 
 import argparse
@@ -26,6 +27,9 @@ def main():
     p.add_argument("--hotness", type=int, default=10)
     p.add_argument("--combiner", default="sum")
     p.add_argument("--iters", type=int, default=30)
+    p.add_argument(
+        "--no-peer", action="store_true", help="time our step alone (TF's is still checked)"
+    )
     args = p.parse_args()
     print(memory_setting())
 
@@ -63,11 +67,18 @@ def main():
     def run(step):
         return lambda: [t.numpy() for t in step()]
 
-    tf_ms, ours_ms = time_steps([run(tf_step), run(our_step)], iters=args.iters)
-    report(
+    title = (
         f"lookup_sparse fwd+bwd: table {args.rows:,} x {args.dim}, batch {args.batch:,} x "
         f"{args.hotness} Zipf(1.2) ids ({n_unique:,} unique), combiner {args.combiner}, "
-        f"{os.cpu_count()} cores",
+        f"{os.cpu_count()} cores"
+    )
+    if args.no_peer:
+        (ours_ms,) = time_steps([run(our_step)], iters=args.iters)
+        print(f"{title}\n  {'sok_lite':<40s} {ours_ms:8.2f} ms/step")
+        return
+    tf_ms, ours_ms = time_steps([run(tf_step), run(our_step)], iters=args.iters)
+    report(
+        title,
         ours_ms,
         tf_ms,
         "tf.nn.embedding_lookup_sparse",

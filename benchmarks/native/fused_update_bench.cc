@@ -62,15 +62,17 @@ Batch MakeBatch(const std::vector<double>& cdf, const std::vector<int64_t>& perm
   return b;
 }
 
-// What the op library does: CombineBackwardBlock into a buffer, then ApplyRows.
+// What the op library does: each distinct row's gradient summed into a buffer (positions grouped
+// by row), then ApplyRows.
 void Unfused(const Batch& b, OptimizerKind kind, const OptimizerHyper& h, std::vector<float>* grads,
              float* table, const std::vector<float*>& slots) {
   const int64_t nu = b.unique.size();
   const std::vector<float> scale(kBatch, 1.0f);
   grads->resize(nu * kDim);
-  sok_lite::CombineBackwardBlock(b.grad_out.data(), kDim, b.inverse.data(), b.splits.data(), kBatch,
-                                 static_cast<const float*>(nullptr), scale.data(), 0, nu, 0, kDim,
-                                 grads->data());
+  sok_lite::IdsByRow<float> groups;
+  sok_lite::GroupIdsByRow(b.inverse.data(), b.splits.data(), kBatch,
+                          static_cast<const float*>(nullptr), scale.data(), nu, &groups);
+  sok_lite::CombineBackwardRows(b.grad_out.data(), kDim, groups, 0, nu, grads->data());
   sok_lite::ApplyRows<float>(kind, h, kDim, b.unique.data(), grads->data(), 0, nu, table, slots);
 }
 

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/core/lookup_combine_sample.h"
+#include "kernels/core/prefetch.h"
 #include "kernels/core/stream_store.h"
 
 namespace sok_lite {
@@ -54,46 +56,76 @@ void CombineForward(const T* rows, int64_t dim, const int32_t* inverse, const in
 }
 
 template <typename T>
-void CombineBackwardBlock(const T* grad_out, int64_t dim, const int32_t* inverse,
-                          const int64_t* row_splits, int64_t batch, const T* weights,
-                          const T* scale, int64_t u0, int64_t u1, int64_t d0, int64_t d1,
-                          T* grad_rows) {
-  for (int64_t u = u0; u < u1; ++u)
-    std::fill(grad_rows + u * dim + d0, grad_rows + u * dim + d1, T(0));
+void GroupIdsByRow(const int32_t* inverse, const int64_t* row_splits, int64_t batch,
+                   const T* weights, const T* scale, int64_t num_unique, IdsByRow<T>* groups) {
+  const int64_t n = row_splits[batch];
+  std::vector<int64_t>& begin = groups->begin;
+  begin.assign(num_unique + 1, 0);
+  for (int64_t k = 0; k < n; ++k) ++begin[inverse[k] + 1];
+  for (int64_t u = 0; u < num_unique; ++u) begin[u + 1] += begin[u];
+  std::vector<int64_t> next(begin.begin(), begin.end() - 1);
+  groups->sample.resize(n);
+  groups->factor.resize(n);
   for (int64_t b = 0; b < batch; ++b) {
-    const T* src = grad_out + b * dim;
     for (int64_t k = row_splits[b]; k < row_splits[b + 1]; ++k) {
-      const int64_t u = inverse[k];
-      if (u < u0 || u >= u1) continue;
-      const T f = (weights ? weights[k] : T(1)) * scale[b];
-      T* dst = grad_rows + u * dim;
-      for (int64_t d = d0; d < d1; ++d) dst[d] += f * src[d];
+      const int64_t at = next[inverse[k]]++;
+      groups->sample[at] = static_cast<int32_t>(b);
+      groups->factor[at] = (weights ? weights[k] : T(1)) * scale[b];
     }
   }
 }
 
-void BalancedUniqueRanges(const int32_t* inverse, int64_t n, int64_t num_unique, int64_t parts,
-                          int64_t* bounds) {
-  bounds[0] = 0;
-  bounds[parts] = num_unique;
-  if (parts == 1) return;
-  std::vector<int64_t> counts(num_unique, 0);
-  for (int64_t k = 0; k < n; ++k) ++counts[inverse[k]];
-  int64_t u = 0, seen = 0;
-  for (int64_t p = 1; p < parts; ++p) {
-    const int64_t target = n * p / parts;
-    while (u < num_unique && seen + counts[u] <= target) seen += counts[u++];
-    bounds[p] = u;
+template <typename T>
+void CombineBackwardRows(const T* grad_out, int64_t dim, const IdsByRow<T>& groups, int64_t u0,
+                         int64_t u1, T* grad_rows) {
+  const int32_t* sample = groups.sample.data();
+  const T* factor = groups.factor.data();
+  const int64_t end = groups.begin[u1];
+  std::vector<T> acc(dim);
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t j0 = groups.begin[u], j1 = groups.begin[u + 1];
+    T* dst = grad_rows + u * dim;
+    if (j0 == j1) {
+      std::fill(dst, dst + dim, T(0));
+      continue;
+    }
+    // Sample rows are random reads of grad_out: fetch a few ids ahead, across rows.
+    for (int64_t j = j0; j < j1; ++j) {
+      if (j + kPrefetchDistance < end) {
+        PrefetchBytes<0>(grad_out + static_cast<int64_t>(sample[j + kPrefetchDistance]) * dim,
+                         dim * sizeof(T));
+      }
+      const T* src = grad_out + static_cast<int64_t>(sample[j]) * dim;
+      const T f = factor[j];
+      if (j == j0) {  // assign, not add to zeros: the same sum (0 + x == x), one pass less
+        for (int64_t d = 0; d < dim; ++d) acc[d] = f * src[d];
+      } else {
+        for (int64_t d = 0; d < dim; ++d) acc[d] += f * src[d];
+      }
+    }
+    std::memcpy(dst, acc.data(), dim * sizeof(T));
   }
 }
 
-#define SOK_LITE_INSTANTIATE_COMBINE(T)                                                         \
-  template void SampleScales<T>(const int64_t*, const T*, Combiner, int64_t, int64_t, T*);      \
-  template void CombineForward<T>(const T*, int64_t, const int32_t*, const int64_t*, const T*,  \
-                                  const T*, int64_t, int64_t, T*, bool);                        \
-  template void CombineBackwardBlock<T>(const T*, int64_t, const int32_t*, const int64_t*,      \
-                                        int64_t, const T*, const T*, int64_t, int64_t, int64_t, \
-                                        int64_t, T*);
+void BalancedRowRanges(const int64_t* begin, int64_t num_unique, int64_t parts, int64_t* bounds) {
+  const int64_t n = begin[num_unique];
+  bounds[0] = 0;
+  for (int64_t p = 1; p < parts; ++p) {
+    const int64_t target = n * p / parts;
+    bounds[p] =
+        std::max(bounds[p - 1],
+                 static_cast<int64_t>(std::lower_bound(begin, begin + num_unique, target) - begin));
+  }
+  bounds[parts] = num_unique;
+}
+
+#define SOK_LITE_INSTANTIATE_COMBINE(T)                                                        \
+  template void SampleScales<T>(const int64_t*, const T*, Combiner, int64_t, int64_t, T*);     \
+  template void CombineForward<T>(const T*, int64_t, const int32_t*, const int64_t*, const T*, \
+                                  const T*, int64_t, int64_t, T*, bool);                       \
+  template void GroupIdsByRow<T>(const int32_t*, const int64_t*, int64_t, const T*, const T*,  \
+                                 int64_t, IdsByRow<T>*);                                       \
+  template void CombineBackwardRows<T>(const T*, int64_t, const IdsByRow<T>&, int64_t, int64_t, T*);
 SOK_LITE_INSTANTIATE_COMBINE(float)
 SOK_LITE_INSTANTIATE_COMBINE(double)
 #undef SOK_LITE_INSTANTIATE_COMBINE

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/core/cpu_gpu_rules.h"
 
@@ -33,21 +34,33 @@ void CombineForward(const T* rows, int64_t dim, const int32_t* inverse, const in
                     const T* weights, const T* scale, int64_t b0, int64_t b1, T* out,
                     bool stream_out = false);
 
-// Adds grad_out into the rows it came from, restricted to unique rows [u0, u1) and columns
-// [d0, d1): grad_rows[u, d] = sum over positions k with inverse[k] = u of
-// w[k] * scale[s] * grad_out[s, d], s being the sample of k. Every position is scanned; writes
-// stay inside the (rows x columns) block, so disjoint blocks can run in parallel without atomics.
-// The block is zeroed first.
+// The ids of each unique row, grouped by row (a counting sort of the inverse index): row u's ids
+// are entries [begin[u], begin[u + 1]) of `sample` (the id's sample) and `factor` (its
+// w[k] * scale[sample]), in ascending order of position k.
 template <typename T>
-void CombineBackwardBlock(const T* grad_out, int64_t dim, const int32_t* inverse,
-                          const int64_t* row_splits, int64_t batch, const T* weights,
-                          const T* scale, int64_t u0, int64_t u1, int64_t d0, int64_t d1,
-                          T* grad_rows);
+struct IdsByRow {
+  std::vector<int64_t> begin;   // num_unique + 1
+  std::vector<int32_t> sample;  // n
+  std::vector<T> factor;        // n
+};
 
-// Splits unique rows [0, num_unique) into `parts` ranges carrying about the same number of id
-// positions each (hot ids make equal-size ranges very unequal). bounds gets parts + 1 entries.
-void BalancedUniqueRanges(const int32_t* inverse, int64_t n, int64_t num_unique, int64_t parts,
-                          int64_t* bounds);
+// Fills `groups` from inverse [n] (every entry in [0, num_unique)) and the samples' row splits.
+// batch must fit int32.
+template <typename T>
+void GroupIdsByRow(const int32_t* inverse, const int64_t* row_splits, int64_t batch,
+                   const T* weights, const T* scale, int64_t num_unique, IdsByRow<T>* groups);
+
+// grad_rows[u, :] = sum over the ids of row u of factor * grad_out[sample, :], for unique rows
+// [u0, u1), summed in ascending order of position (the order a scatter-add over the positions
+// would use, so the result does not depend on how rows are split between threads); zeros for a
+// row without ids. Each row is written once, so disjoint ranges run in parallel.
+template <typename T>
+void CombineBackwardRows(const T* grad_out, int64_t dim, const IdsByRow<T>& groups, int64_t u0,
+                         int64_t u1, T* grad_rows);
+
+// Splits unique rows [0, num_unique) into `parts` ranges carrying about the same number of ids
+// each (hot ids make equal-size ranges very unequal). bounds gets parts + 1 entries.
+void BalancedRowRanges(const int64_t* begin, int64_t num_unique, int64_t parts, int64_t* bounds);
 
 }  // namespace sok_lite
 

@@ -2,10 +2,12 @@
 #include "kernels/tf/lookup_kernels.h"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/core/lookup_combine.h"
 #include "kernels/core/lookup_unique.h"
 #include "kernels/core/lookup_validate.h"
@@ -123,29 +125,31 @@ struct SegmentCombineFunctor<CPUDevice, T> {
   static absl::Status Backward(OpKernelContext* ctx, const T* g, int64_t dim,
                                const CombineSegments& seg, Combiner combiner, int64_t num_unique,
                                Tensor* out) {
+    if (seg.batch > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a batch of ", seg.batch, " samples: the gradient takes at most 2^31 - 1"));
+    }
     const T* weights = static_cast<const T*>(seg.weights);
     std::vector<T> scale(seg.batch);
     SampleScales(seg.row_splits, weights, combiner, 0, seg.batch, scale.data());
-    // Blocks of (unique rows x 16-column slices): each task owns one block, so the scatter-add
-    // needs no atomics and no sort. Column slices first (perfect balance), then row ranges
-    // balanced by id count once there are more threads than slices. Half the pool's threads:
-    // the scatter-add is bound by memory, and on 2 threads two blocks took 2.6x as long as
-    // one (docs/benchmarks.md), while TF's other threads compete for the same cores.
-    const int64_t threads =
-        std::max(1, ctx->device()->tensorflow_cpu_worker_threads()->num_threads / 2);
-    const int64_t col_blocks = std::min<int64_t>(threads, (dim + 15) / 16);
-    const int64_t row_blocks =
-        std::min<int64_t>((threads + col_blocks - 1) / col_blocks, num_unique);
-    std::vector<int64_t> bounds(row_blocks + 1);
-    BalancedUniqueRanges(seg.inverse, seg.n, num_unique, row_blocks, bounds.data());
+    // Each unique row sums its own ids (grouped by a counting sort) and is written once: no
+    // atomics, no zeroing, and every thread does its share of the ids (a scatter-add split by
+    // rows would have each thread scan all of them).
+    IdsByRow<T> groups;
+    GroupIdsByRow(seg.inverse, seg.row_splits, seg.batch, weights, scale.data(), num_unique,
+                  &groups);
+    // Parts of ~100k cycles at least: a one-hot feature's few thousand ids cost less than
+    // handing them to another thread (a step runs this for each of its tables).
+    const int64_t cost_per_id = 2 * dim + 8;
+    const int64_t threads = ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
+    const int64_t parts = std::clamp<int64_t>(
+        seg.n * cost_per_id / 100000, 1, std::max<int64_t>(1, std::min(4 * threads, num_unique)));
+    std::vector<int64_t> bounds(parts + 1);
+    BalancedRowRanges(groups.begin.data(), num_unique, parts, bounds.data());
     T* dst = out->flat<T>().data();
-    const int64_t cost = seg.n * (2 * dim / col_blocks + 4);
-    ParallelFor(ctx, row_blocks * col_blocks, cost, [&](int64_t b0, int64_t b1) {
-      for (int64_t block = b0; block < b1; ++block) {
-        const int64_t r = block / col_blocks, c = block % col_blocks;
-        const int64_t d0 = dim * c / col_blocks, d1 = dim * (c + 1) / col_blocks;
-        CombineBackwardBlock(g, dim, seg.inverse, seg.row_splits, seg.batch, weights, scale.data(),
-                             bounds[r], bounds[r + 1], d0, d1, dst);
+    ParallelFor(ctx, parts, (seg.n / parts + 1) * cost_per_id, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        CombineBackwardRows(g, dim, groups, bounds[p], bounds[p + 1], dst);
       }
     });
     return absl::OkStatus();
