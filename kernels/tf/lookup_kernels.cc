@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -122,38 +123,62 @@ struct SegmentCombineFunctor<CPUDevice, T> {
     return absl::OkStatus();
   }
 
-  static absl::Status Backward(OpKernelContext* ctx, const T* g, int64_t dim,
-                               const CombineSegments& seg, Combiner combiner, int64_t num_unique,
-                               Tensor* out) {
-    if (seg.batch > std::numeric_limits<int32_t>::max()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a batch of ", seg.batch, " samples: the gradient takes at most 2^31 - 1"));
+  static absl::Status Backward(OpKernelContext* ctx,
+                               const std::vector<CombineGradTable<T>>& tables) {
+    for (const CombineGradTable<T>& t : tables) {
+      if (t.seg.batch > std::numeric_limits<int32_t>::max()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a batch of ", t.seg.batch, " samples: the gradient takes at most 2^31 - 1"));
+      }
     }
-    const T* weights = static_cast<const T*>(seg.weights);
-    std::vector<T> scale(seg.batch);
-    SampleScales(seg.row_splits, weights, combiner, 0, seg.batch, scale.data());
     // Each unique row sums its own ids (grouped by a counting sort) and is written once: no
     // atomics, no zeroing, and every thread does its share of the ids (a scatter-add split by
-    // rows would have each thread scan all of them).
-    IdsByRow<T> groups;
-    GroupIdsByRow(seg.inverse, seg.row_splits, seg.batch, weights, scale.data(), num_unique,
-                  &groups);
-    // Parts of ~100k cycles at least: a one-hot feature's few thousand ids cost less than
-    // handing them to another thread (a step runs this for each of its tables).
-    const int64_t cost_per_id = 2 * dim + 8;
+    // rows would have each thread scan all of them). Two passes, each over all tables side by
+    // side: group each table's ids, then sum ranges of rows of about equal id counts.
     const int64_t threads = ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
-    const int64_t parts = std::clamp<int64_t>(
-        seg.n * cost_per_id / 100000, 1, std::max<int64_t>(1, std::min(4 * threads, num_unique)));
-    std::vector<int64_t> bounds(parts + 1);
-    BalancedRowRanges(groups.begin.data(), num_unique, parts, bounds.data());
-    T* dst = out->flat<T>().data();
-    ParallelFor(ctx, parts, (seg.n / parts + 1) * cost_per_id, [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) {
-        CombineBackwardRows(g, dim, groups, bounds[p], bounds[p + 1], dst);
+    const int64_t num_tables = static_cast<int64_t>(tables.size());
+    std::vector<IdsByRow<T>> groups(num_tables);
+    std::vector<std::vector<int64_t>> bounds(num_tables);
+    int64_t total_ids = 0;
+    for (const CombineGradTable<T>& t : tables) total_ids += t.seg.n;
+    ParallelFor(ctx, num_tables, 20 * (1 + total_ids / num_tables), [&](int64_t t0, int64_t t1) {
+      for (int64_t i = t0; i < t1; ++i) {
+        const CombineGradTable<T>& t = tables[i];
+        const T* weights = static_cast<const T*>(t.seg.weights);
+        std::vector<T> scale(t.seg.batch);
+        SampleScales(t.seg.row_splits, weights, t.combiner, 0, t.seg.batch, scale.data());
+        GroupIdsByRow(t.seg.inverse, t.seg.row_splits, t.seg.batch, weights, scale.data(),
+                      t.num_unique, &groups[i]);
+        // Ranges of ~100k cycles at least: a one-hot feature's few thousand ids cost less
+        // than handing them to another thread; the tables themselves then run side by side.
+        const int64_t parts =
+            std::clamp<int64_t>(t.seg.n * CostPerId(t.dim) / 100000, 1,
+                                std::max<int64_t>(1, std::min(4 * threads, t.num_unique)));
+        bounds[i].resize(parts + 1);
+        BalancedRowRanges(groups[i].begin.data(), t.num_unique, parts, bounds[i].data());
+      }
+    });
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // (table, range)
+    int64_t cost = 0;
+    for (int64_t i = 0; i < num_tables; ++i) {
+      for (size_t p = 0; p + 1 < bounds[i].size(); ++p) ranges.emplace_back(i, p);
+      cost += tables[i].seg.n * CostPerId(tables[i].dim);
+    }
+    const int64_t num_ranges = static_cast<int64_t>(ranges.size());
+    ParallelFor(ctx, num_ranges, 1 + cost / num_ranges, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const auto [i, p] = ranges[r];
+        const CombineGradTable<T>& t = tables[i];
+        CombineBackwardRows(t.grads, t.dim, groups[i], bounds[i][p], bounds[i][p + 1],
+                            t.out->template flat<T>().data());
       }
     });
     return absl::OkStatus();
   }
+
+ private:
+  // Rough cycles to add one id's gradient row into its unique row.
+  static int64_t CostPerId(int64_t dim) { return 2 * dim + 8; }
 };
 
 REGISTER_KERNEL_BUILDER(Name("SokLiteRowSplitsFromRowIds").Device(DEVICE_CPU),

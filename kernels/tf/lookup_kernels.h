@@ -81,14 +81,27 @@ struct CombineSegmentChecks {
 // Forward: out [batch, dim] = per-sample combine of rows [num_unique, dim] (batch, dim > 0).
 // Backward: out [num_unique, dim] = one summed gradient row per unique id of grads [batch, dim]
 // (num_unique, dim > 0; batch may be 0, the rows are then zeros).
+// One table of a segment-combine gradient: the upstream gradient [batch, dim], the segments,
+// and the output [num_unique, dim].
+template <typename T>
+struct CombineGradTable {
+  const T* grads;
+  int64_t dim;
+  CombineSegments seg;
+  Combiner combiner;
+  int64_t num_unique;
+  tensorflow::Tensor* out;
+};
+
 template <typename Device, typename T>
 struct SegmentCombineFunctor {
   static absl::Status Forward(tensorflow::OpKernelContext* ctx, const T* rows, int64_t dim,
                               const CombineSegments& seg, Combiner combiner,
                               tensorflow::Tensor* out);
-  static absl::Status Backward(tensorflow::OpKernelContext* ctx, const T* grads, int64_t dim,
-                               const CombineSegments& seg, Combiner combiner, int64_t num_unique,
-                               tensorflow::Tensor* out);
+  // Every table of one op at once (checked and allocated; tables without rows or columns left
+  // out), so that small tables can run side by side.
+  static absl::Status Backward(tensorflow::OpKernelContext* ctx,
+                               const std::vector<CombineGradTable<T>>& tables);
 };
 
 // Every argument lives in host memory on both devices (the row ids are scanned once, in order,
@@ -333,6 +346,7 @@ class SegmentCombineGradOp : public tensorflow::OpKernel {
     CombineInputs in;
     OP_REQUIRES_OK(ctx, in.Read(ctx, "grads", "row_grads", combiners_));
     const tensorflow::OpInputList& grads = in.values;
+    std::vector<CombineGradTable<T>> tables;
     for (int t = 0; t < grads.size(); ++t) {
       OP_REQUIRES_OK(ctx, LookupMatrixInput(ctx, "grads", t));
       int num_unique_index = 0;
@@ -354,10 +368,10 @@ class SegmentCombineGradOp : public tensorflow::OpKernel {
       tensorflow::Tensor* out = nullptr;
       OP_REQUIRES_OK(ctx, in.outputs.allocate(t, out_shape, &out));
       if (num_unique == 0 || dim == 0) continue;
-      OP_REQUIRES_OK(
-          ctx, (SegmentCombineFunctor<Device, T>::Backward(ctx, grads[t].flat<T>().data(), dim, seg,
-                                                           combiners_[t], num_unique, out)));
+      tables.push_back({grads[t].flat<T>().data(), dim, seg, combiners_[t], num_unique, out});
     }
+    if (!tables.empty())
+      OP_REQUIRES_OK(ctx, (SegmentCombineFunctor<Device, T>::Backward(ctx, tables)));
   }
 
  private:

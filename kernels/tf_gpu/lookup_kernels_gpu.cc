@@ -204,17 +204,20 @@ struct SegmentCombineFunctor<GPUDevice, float> {
         "combine_forward");
   }
 
-  static absl::Status Backward(OpKernelContext* ctx, const float* grads, int64_t dim,
-                               const CombineSegments& seg, Combiner combiner, int64_t num_unique,
-                               Tensor* out) {
-    Tensor scale_t;
-    float* scale = nullptr;
-    TF_RETURN_IF_ERROR(SampleScalesGpu(ctx, seg, combiner, &scale_t, &scale));
-    return CudaStatus(
-        sok_lite_cuda_combine_backward(grads, dim, seg.inverse, seg.row_splits, seg.batch,
-                                       static_cast<const float*>(seg.weights), scale, num_unique,
-                                       out->flat<float>().data(), OpStream(ctx)),
-        "combine_backward");
+  static absl::Status Backward(OpKernelContext* ctx,
+                               const std::vector<CombineGradTable<float>>& tables) {
+    for (const CombineGradTable<float>& t : tables) {
+      Tensor scale_t;
+      float* scale = nullptr;
+      TF_RETURN_IF_ERROR(SampleScalesGpu(ctx, t.seg, t.combiner, &scale_t, &scale));
+      TF_RETURN_IF_ERROR(CudaStatus(
+          sok_lite_cuda_combine_backward(t.grads, t.dim, t.seg.inverse, t.seg.row_splits,
+                                         t.seg.batch, static_cast<const float*>(t.seg.weights),
+                                         scale, t.num_unique, t.out->flat<float>().data(),
+                                         OpStream(ctx)),
+          "combine_backward"));
+    }
+    return absl::OkStatus();
   }
 };
 

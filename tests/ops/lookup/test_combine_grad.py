@@ -70,3 +70,32 @@ def test_matches_numpy_scatter_add(device, combiner, weighted):
     else:
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     assert not got[-2:].any()
+
+
+def test_tables_of_one_call_match_numpy(device):
+    """Many tables in one op, small and large, of different widths and combiners: the small
+    ones run side by side, the large one split in row ranges."""
+    rng = np.random.default_rng(11)
+    specs = [(4_096, 1, 16, "sum"), (2_000, 3, 8, "mean"), (40_000, 10, 64, "sqrtn")]
+    specs += [(500 + 300 * t, 1 + t % 4, 4 + t, "sum") for t in range(8)]
+    args, wants = [[], [], [], [], []], []
+    for batch, hot, dim, combiner in specs:
+        lengths = rng.integers(0, hot + 1, batch)
+        splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        ids = rng.zipf(1.2, int(splits[-1])) % 5_000
+        _, inverse = np.unique(ids, return_inverse=True)
+        num_unique = int(inverse.max(initial=-1)) + 1
+        weights = rng.uniform(0.5, 1.5, len(ids))
+        grads = rng.standard_normal([batch, dim])
+        values = [grads, inverse.astype(np.int32), splits, weights, np.int64(num_unique)]
+        for a, v in zip(args, values):
+            a.append(tf.constant(v))
+        wants.append(_reference(grads, inverse, splits, weights, combiner, num_unique))
+
+    got = lookup_ops.segment_combine_grad(*args, [s[3] for s in specs])
+
+    for g, want in zip(got, wants):
+        if "CPU" in device:
+            np.testing.assert_array_equal(g.numpy(), want)
+        else:
+            np.testing.assert_allclose(g.numpy(), want, rtol=1e-12, atol=1e-12)
