@@ -80,14 +80,13 @@ void Unfused(const Batch& b, OptimizerKind kind, const OptimizerHyper& h, std::v
 // order as the scatter-add above (positions ascending) and the row updated by the same code.
 void Fused(const Batch& b, OptimizerKind kind, const OptimizerHyper& h, float* table,
            const std::vector<float*>& slots) {
-  const int64_t nu = b.unique.size(), n = b.inverse.size();
-  std::vector<int32_t> start(nu + 1, 0), sample(n);
-  for (int64_t k = 0; k < n; ++k) ++start[b.inverse[k] + 1];
-  std::partial_sum(start.begin(), start.end(), start.begin());
-  std::vector<int32_t> fill(start.begin(), start.end() - 1);
-  for (int64_t s = 0; s < kBatch; ++s) {
-    for (int64_t k = b.splits[s]; k < b.splits[s + 1]; ++k) sample[fill[b.inverse[k]]++] = s;
-  }
+  const int64_t nu = b.unique.size();
+  const std::vector<float> scale(kBatch, 1.0f);
+  sok_lite::IdsByRow<float> groups;
+  sok_lite::GroupIdsByRow(b.inverse.data(), b.splits.data(), kBatch,
+                          static_cast<const float*>(nullptr), scale.data(), nu, &groups);
+  const std::vector<int64_t>& start = groups.begin;
+  const std::vector<int32_t>& sample = groups.sample;
   float acc[kDim];
   constexpr int64_t ahead = sok_lite::kPrefetchDistance;
   for (int64_t u = 0; u < nu; ++u) {
@@ -97,7 +96,7 @@ void Fused(const Batch& b, OptimizerKind kind, const OptimizerHyper& h, float* t
       for (float* slot : slots) sok_lite::PrefetchBytes<1>(slot + r * kDim, kDim * sizeof(float));
     }
     std::fill(acc, acc + kDim, 0.0f);
-    for (int32_t j = start[u]; j < start[u + 1]; ++j) {
+    for (int64_t j = start[u]; j < start[u + 1]; ++j) {
       const float* src = b.grad_out.data() + static_cast<int64_t>(sample[j]) * kDim;
       for (int64_t d = 0; d < kDim; ++d) acc[d] += src[d];
     }

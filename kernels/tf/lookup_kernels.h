@@ -78,9 +78,6 @@ struct CombineSegmentChecks {
                           int64_t num_unique, std::string* problem);
 };
 
-// Forward: out [batch, dim] = per-sample combine of rows [num_unique, dim] (batch, dim > 0).
-// Backward: out [num_unique, dim] = one summed gradient row per unique id of grads [batch, dim]
-// (num_unique, dim > 0; batch may be 0, the rows are then zeros).
 // One table of a segment-combine gradient: the upstream gradient [batch, dim], the segments,
 // and the output [num_unique, dim].
 template <typename T>
@@ -93,6 +90,9 @@ struct CombineGradTable {
   tensorflow::Tensor* out;
 };
 
+// Forward: out [batch, dim] = per-sample combine of rows [num_unique, dim] (batch, dim > 0).
+// Backward: out [num_unique, dim] = one summed gradient row per unique id of grads [batch, dim]
+// (num_unique, dim > 0; batch may be 0, the rows are then zeros).
 template <typename Device, typename T>
 struct SegmentCombineFunctor {
   static absl::Status Forward(tensorflow::OpKernelContext* ctx, const T* rows, int64_t dim,
