@@ -11,7 +11,7 @@ memory_report share. The layouts:
   last update) and a bit of occupancy; the index is a power-of-two array of 16-byte slots kept
   at load <= 0.75. With a disk tier the budget also pays for the index of the rows on disk
   however few rows stay in RAM (tier_index_bytes): up to 2^15 keys 16-32 bytes a key, past that
-  ~7.7 bytes a key (kernels/core/disk_index.h keeps 36 bits of a key's hash, not the key).
+  ~7.6 bytes a key (kernels/core/disk_index.h keeps 36 bits of a key's hash, not the key).
 
 memory_report reads each table's own memory_stats() (a hash table counts its records, indexes
 and tiers in C++).
@@ -49,8 +49,10 @@ TIER_HEADER_BYTES = HASH_ROW_META_BYTES + 8
 # one per 512 keys, each with a 16-byte header, a spare byte and up to 3 entries of slack.
 TIER_INDEX_ENTRY_BYTES = 12
 TIER_COMPACT_FROM = 1 << 15
-TIER_COMPACT_ENTRY_BYTES = 7
-TIER_COMPACT_SHARD_BYTES = 16 + 1 + 3 * TIER_COMPACT_ENTRY_BYTES
+TIER_COMPACT_BUCKET_BYTES = 64  # 9 entries of 7 bytes and a count
+TIER_COMPACT_BUCKET_ENTRIES = 9
+TIER_COMPACT_GROWN_PERCENT = 96
+TIER_COMPACT_SHARD_BYTES = 16 + TIER_COMPACT_BUCKET_BYTES
 TIER_SEGMENT_BYTES = 1 << 20
 TIER_SEGMENT_MAX_RECORDS = 8192
 # A tiered plan warns when RAM keeps fewer of a rank's rows than this fraction.
@@ -139,7 +141,8 @@ def disk_key_index_bytes(rows: int) -> int:
     if rows <= TIER_COMPACT_FROM:
         return hash_index_slots(rows) * TIER_INDEX_ENTRY_BYTES
     shards = max(4096, rows // 512 + 1)
-    return shards * TIER_COMPACT_SHARD_BYTES + TIER_COMPACT_ENTRY_BYTES * (rows * 100 // 92)
+    buckets = rows * 100 // (TIER_COMPACT_GROWN_PERCENT * TIER_COMPACT_BUCKET_ENTRIES)
+    return shards * TIER_COMPACT_SHARD_BYTES + TIER_COMPACT_BUCKET_BYTES * buckets
 
 
 def tier_index_bytes(rows: int, record_bytes: int) -> int:

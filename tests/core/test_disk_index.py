@@ -27,7 +27,7 @@ SIGNATURES = {
 }
 COMPACT_FROM = 2**15
 ERASE, RELOCATE, HOLDS = 0, 1, 2
-WIDTH = 8  # candidate slots read back per key
+WIDTH = 32  # candidate slots read back per key
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +57,19 @@ class Index:
         out = np.empty(keys.size, np.int64)
         self.core.sok_disk_index_apply(self.h, op, keys, slots, to, keys.size, out)
         return out.astype(bool)
+
+    def erase(self, keys):
+        """Erases stored keys at their slots (each must succeed)."""
+        slots = np.array([self.want[k] for k in keys.tolist()], np.int64)
+        assert self.apply(ERASE, keys, slots).all()
+        for k in keys.tolist():
+            del self.want[k]
+
+    def move(self, keys, by):
+        """Relocates stored keys to their slot + by (each must succeed)."""
+        frm = np.array([self.want[k] for k in keys.tolist()], np.int64)
+        assert self.apply(RELOCATE, keys, frm, frm + by).all()
+        self.want.update(zip(keys.tolist(), (frm + by).tolist()))
 
     def stats(self, keys=0):
         s = np.empty(5, np.int64)
@@ -179,12 +192,45 @@ def test_chains_that_wrap_around_a_shard(core):
         index.insert(keys, 10**6 + size * 1000 + np.arange(keys.size))
         index.check(twins(rng, keys[:20], 1))
         gone = keys[::3]
-        slots = np.array([index.want[k] for k in gone.tolist()], np.int64)
-        assert index.apply(ERASE, gone, slots).all()
-        for k in gone.tolist():
-            del index.want[k]
-        moved = keys[1::3]
-        frm = np.array([index.want[k] for k in moved.tolist()], np.int64)
-        assert index.apply(RELOCATE, moved, frm, frm + 7).all()
-        index.want.update(zip(moved.tolist(), (frm + 7).tolist()))
+        index.erase(gone)
+        index.move(keys[1::3], 7)
+        index.check(gone)
+
+
+def test_more_keys_of_one_identity_than_two_buckets_hold(core):
+    """An identity's entries share two buckets of 9 entries: 30 keys of one identity overflow
+    them into the stash, which probes, erases, moves and shard splits still find and keep."""
+    rng = np.random.default_rng(5)
+    index = Index(core)
+    base = np.unique(rng.integers(-(2**62), 2**62, 40_000))
+    index.insert(base, np.arange(base.size))
+    crowd = np.setdiff1d(twins(rng, base[:2], 29), base)
+    index.insert(crowd, 10**6 + np.arange(crowd.size))
+    index.check(twins(rng, base[:2], 1))
+    gone = crowd[::4]
+    index.erase(gone)
+    index.move(crowd[1::4], 3 * 10**6)
+    index.check(gone)
+    # Past 4,096 x 1,024 keys every shard splits: the stashed entries follow their keys.
+    more = np.unique(rng.integers(-(2**62), 2**62, 4_300_000))
+    more = np.setdiff1d(more, np.array(list(index.want), np.int64))
+    index.insert(more, 2 * 10**6 + np.arange(more.size))
+    index.check(gone)
+
+
+def test_churn_at_full_load_keeps_every_key(core):
+    """Erase and insert in turn at the shards' highest load (what spills and read-backs do):
+    every stored key stays a candidate, every erased one goes."""
+    rng = np.random.default_rng(9)
+    index = Index(core)
+    keys = np.unique(rng.integers(-(2**62), 2**62, 300_000))
+    index.insert(keys, np.arange(keys.size))
+    next_slot = keys.size
+    for _ in range(4):
+        stored = np.array(list(index.want), np.int64)
+        gone = rng.choice(stored, 60_000, replace=False)
+        index.erase(gone)
+        fresh = np.setdiff1d(np.unique(rng.integers(-(2**62), 2**62, 60_000)), stored)
+        index.insert(fresh, next_slot + np.arange(fresh.size))
+        next_slot += fresh.size
         index.check(gone)
