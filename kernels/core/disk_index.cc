@@ -124,13 +124,15 @@ void DiskIndex::LayOut(const std::vector<uint64_t>& entries, uint32_t buckets, u
                        Shard* s) {
   s->buckets = buckets;
   s->size = static_cast<uint32_t>(entries.size());
-  s->bytes.reset(buckets == 0 ? nullptr
-                              : new (std::align_val_t{kBucketBytes})
-                                    uint8_t[int64_t{buckets} * kBucketBytes]);
-  if (buckets > 0) std::memset(s->bytes.get(), 0, int64_t{buckets} * kBucketBytes);
+  if (buckets == 0) {  // only for no entries (a split's empty half)
+    s->bytes.reset();
+    return;
+  }
+  s->bytes.reset(new (std::align_val_t{kBucketBytes}) uint8_t[int64_t{buckets} * kBucketBytes]);
+  std::memset(s->bytes.get(), 0, int64_t{buckets} * kBucketBytes);
   for (uint64_t e : entries) {
     uint64_t homeless;
-    if (buckets == 0 || !Place(s, e, &homeless)) stash_.push_back({k, buckets ? homeless : e});
+    if (!Place(s, e, &homeless)) stash_.push_back({k, homeless});
   }
 }
 

@@ -161,7 +161,8 @@ class DiskIndex {
   bool Place(Shard* s, uint64_t e, uint64_t* homeless);
   void Add(uint64_t k, uint64_t e);           // e into shard k (or the stash), size + 1
   void Resize(uint64_t k, uint32_t buckets);  // shard k re-laid out at `buckets`
-  // Lays `entries` out in s, emptied, at `buckets`; those left over go to the stash as shard k's.
+  // Lays `entries` out in s, emptied, at `buckets` (0 only for no entries); those left over go to
+  // the stash as shard k's.
   void LayOut(const std::vector<uint64_t>& entries, uint32_t buckets, uint64_t k, Shard* s);
   std::vector<uint64_t> BucketEntries(const Shard& s) const;  // s's entries in its buckets
   std::vector<uint64_t> TakeEntries(uint64_t k);  // shard k's entries, its stash's removed

@@ -45,8 +45,8 @@ HASH_MAX_LOAD = (3, 4)
 # row's floats, padded to 8 bytes; files are cut into segments of ~1 MiB, at most 8,192 records.
 TIER_HEADER_BYTES = HASH_ROW_META_BYTES + 8
 # kernels/core/disk_index.h: exact (12-byte entries, as the RAM index grows) up to 2^15 keys;
-# compact past that: 7-byte entries at most 100/92 of the keys plus 2 a shard, in 4,096 shards or
-# one per 512 keys, each with a 16-byte header, a spare byte and up to 3 entries of slack.
+# compact past that: 64-byte buckets of 9 entries, at most keys * 100 / (96 * 9) buckets plus one
+# a shard, in 4,096 shards or one per 512 keys, each with a 16-byte header.
 TIER_INDEX_ENTRY_BYTES = 12
 TIER_COMPACT_FROM = 1 << 15
 TIER_COMPACT_BUCKET_BYTES = 64  # 9 entries of 7 bytes and a count
