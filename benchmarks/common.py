@@ -9,6 +9,14 @@ import time
 import numpy as np
 
 
+def io_bytes() -> tuple[int, int]:
+    """(rchar, wchar) of /proc/self/io: bytes this process read and wrote by system calls."""
+    fields = dict(
+        line.split(": ") for line in pathlib.Path("/proc/self/io").read_text().split("\n") if line
+    )
+    return int(fields["rchar"]), int(fields["wchar"])
+
+
 def memory_setting() -> str:
     """The paths a run took that depend on the machine: the kernel's transparent-huge-page
     mode, where sok_lite asks for huge pages (new tables and slots unless

@@ -3,9 +3,13 @@ change to the disk tier), side by side in one process: tests/core/tier_capi.cc o
 built over its own kernels/core with the system C++ compiler (no TensorFlow, one thread), the
 two loaded at once and stepped in turn on the same Zipf(1.1) batches. A step is a lookup of the
 batch and an update of its distinct keys (SGD into the value and two slots: the records widen as
-Adam's do). Prints ms a step, rows in RAM and the RAM-tier hit rate of each.
+Adam's do). Prints ms a step, rows in RAM and the RAM-tier hit rate of each, and per miss the
+bytes the process read and wrote (/proc/self/io) and, with --ram (an all-RAM table of this
+checkout stepped beside them), the CPU time a miss adds to the all-RAM step. With --prefetch,
+each step is followed by a prefetch of the next step's batch (HashTable::Prefetch), its CPU
+time printed apart (both trees' tests/core/tier_capi.cc need sok_tier_prefetch).
 
-Usage: cd benchmarks && python tier_ab.py --baseline /path/to/other/checkout
+Usage: cd benchmarks && python tier_ab.py --baseline /path/to/other/checkout [--ram] [--prefetch]
        [--keys 2000000] [--dim 64] [--budget 400MiB] [--baseline-budget 444MiB] [--steps 20]
 """
 
@@ -19,6 +23,7 @@ import tempfile
 import time
 
 import numpy as np
+from common import io_bytes
 
 HERE = pathlib.Path(__file__).resolve().parents[1]
 BATCH = 163_840
@@ -45,11 +50,13 @@ def build(tree: pathlib.Path, out: pathlib.Path) -> ctypes.CDLL:
         "sok_tier_apply": (ctypes.c_int, [vp, I64, i64, F32, ctypes.c_float, i64, s, i64]),
         "sok_tier_add_slots": (ctypes.c_int, [vp, F32, i64, s, i64]),
         "sok_tier_stats": (None, [vp, I64]),
+        "sok_tier_prefetch": (ctypes.c_int, [vp, I64, i64, ctypes.POINTER(i64), s, i64]),
         "sok_tier_free": (None, [vp]),
     }
     for name, (restype, argtypes) in sigs.items():
-        fn = getattr(dll, name)
-        fn.restype, fn.argtypes = restype, argtypes
+        fn = getattr(dll, name, None)  # None: a tree whose harness lacks it
+        if fn is not None:
+            fn.restype, fn.argtypes = restype, argtypes
     return dll
 
 
@@ -60,17 +67,25 @@ class Table:
         self.h = lib.sok_tier_create(dim, budget, str(directory).encode(), 1, 0, 0, self.err, ERR)
         assert self.h, self.err.value.decode()
         self.check(lib.sok_tier_add_slots(self.h, np.zeros(2, np.float32), 2, self.err, ERR))
+        self.prefetch_s = 0.0  # CPU seconds in prefetches
 
     def check(self, rc):
         assert rc == 0, self.err.value.decode()
 
-    def step(self, ids, step):
+    def step(self, ids, step, coming=None):
+        """A lookup of ids and an update of its keys; then, given `coming` (the next step's
+        ids), a prefetch of their rows."""
         out = np.empty((ids.size, self.dim), np.float32)
         self.check(self.lib.sok_tier_lookup(self.h, ids, ids.size, out, self.err, ERR))
         unique = np.unique(ids)
         grads = np.full((unique.size, self.dim), 1e-3, np.float32)
         rc = self.lib.sok_tier_apply(self.h, unique, unique.size, grads, 0.1, step, self.err, ERR)
         self.check(rc)
+        if coming is not None:
+            read, start = ctypes.c_int64(), time.process_time()
+            args = (self.h, coming, coming.size, ctypes.byref(read), self.err, ERR)
+            self.check(self.lib.sok_tier_prefetch(*args))
+            self.prefetch_s += time.process_time() - start
 
     def stats(self):
         out = np.zeros(9, np.int64)
@@ -101,14 +116,19 @@ def main() -> None:
     p.add_argument("--baseline-budget", default=None, help="default: --budget")
     p.add_argument("--steps", type=int, default=20, help="timed steps per round")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--ram", action="store_true", help="also step an all-RAM table of this tree")
+    p.add_argument("--prefetch", action="store_true", help="prefetch each next batch")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         tables = {}
-        for name, tree, budget in [
+        trees = [
             ("this", HERE, args.budget),
             ("baseline", pathlib.Path(args.baseline), args.baseline_budget or args.budget),
-        ]:
+        ]
+        if args.ram:
+            trees.append(("all-RAM", HERE, "1024GiB"))
+        for name, tree, budget in trees:
             (tmp / name).mkdir()
             lib = build(tree, tmp / name)
             tables[name] = Table(lib, args.dim, parse_bytes(budget), tmp / name / "tier")
@@ -117,22 +137,31 @@ def main() -> None:
             for i, chunk in enumerate(np.array_split(keys, max(args.keys // 16384, 1))):
                 t.step(chunk, i + 1)
         rng = np.random.default_rng(1)
-        batches = [zipf_ids(rng, args.keys, BATCH) for _ in range(args.steps * args.rounds + 8)]
+        batches = [zipf_ids(rng, args.keys, BATCH) for _ in range(args.steps * args.rounds + 9)]
+
+        def coming(k):  # the batch after batches[k], when prefetching
+            return batches[k + 1] if args.prefetch else None
+
         step = 1000
         for t in tables.values():
-            for b in batches[:8]:
+            for k in range(8):
                 step += 1
-                t.step(b, step)
+                t.step(batches[k], step, coming(k))
+            t.prefetch_s = 0.0
         before = {n: t.stats() for n, t in tables.items()}
         ms = {n: [] for n in tables}
+        cpu = {n: 0.0 for n in tables}  # seconds over all rounds
+        io = {n: np.zeros(2, np.int64) for n in tables}  # bytes read, written
         for r in range(args.rounds):
-            rbatches = batches[8 + r * args.steps : 8 + (r + 1) * args.steps]
+            first = 8 + r * args.steps
             for name, t in tables.items():
-                start = time.perf_counter()
-                for i, b in enumerate(rbatches):
-                    t.step(b, step + i + 1)
-                ms[name].append((time.perf_counter() - start) * 1e3 / len(rbatches))
-            step += len(rbatches)
+                start, cpu0, io0 = time.perf_counter(), time.process_time(), io_bytes()
+                for i in range(args.steps):
+                    t.step(batches[first + i], step + i + 1, coming(first + i))
+                ms[name].append((time.perf_counter() - start) * 1e3 / args.steps)
+                cpu[name] += time.process_time() - cpu0
+                io[name] += np.subtract(io_bytes(), io0)
+            step += args.steps
         print(
             f"{args.keys:,} keys, d = {args.dim} + 2 slots, {BATCH:,} Zipf(1.1) ids a step, "
             f"{args.rounds} rounds of {args.steps} steps in turn"
@@ -147,6 +176,20 @@ def main() -> None:
                 f"{s['rows_ram']:,} rows in RAM, hit rate {hits / max(hits + misses, 1):.4f}, "
                 f"{misses / (args.rounds * args.steps):,.0f} misses a step"
             )
+            steps = args.rounds * args.steps
+            line = f"    CPU {cpu[name] * 1e3 / steps:.1f} ms a step"
+            if args.prefetch:
+                line += f", of which prefetching {t.prefetch_s * 1e3 / steps:.1f} ms"
+            print(line)
+            if misses and name != "all-RAM":
+                extra = ""
+                if args.ram:
+                    added = (cpu[name] - cpu["all-RAM"]) * 1e6 / misses
+                    extra = f", {added:.2f} CPU-us a miss over the all-RAM step"
+                print(
+                    f"    per miss: {io[name][0] / misses:,.0f} bytes read, "
+                    f"{io[name][1] / misses:,.0f} bytes written{extra}"
+                )
 
 
 if __name__ == "__main__":

@@ -40,18 +40,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tiered_prefetch  # noqa: E402
 import tiered_sweep  # noqa: E402
-from common import memory_setting  # noqa: E402
+from common import io_bytes, memory_setting  # noqa: E402
 from storage_engine_bench import raw_random_reads  # noqa: E402
 
 BATCH = 163_840
-
-
-def _io_bytes() -> tuple[int, int]:
-    """(rchar, wchar) of /proc/self/io: bytes this process read and wrote by system calls."""
-    fields = dict(
-        line.split(": ") for line in pathlib.Path("/proc/self/io").read_text().split("\n") if line
-    )
-    return int(fields["rchar"]), int(fields["wchar"])
 
 
 def _status_kib(field: str) -> int:
@@ -274,10 +266,10 @@ def zipf(args) -> dict:
             start = time.process_time()
             ram_ms.append(_time(ram_step, batches, args.iters))
             cpu["ram"] += time.process_time() - start
-            start, io_start = time.process_time(), _io_bytes()
+            start, io_start = time.process_time(), io_bytes()
             tiered_ms.append(_time(tiered_step, batches, args.iters))
             cpu["tiered"] += time.process_time() - start
-            io = [a + b - c for a, b, c in zip(io, _io_bytes(), io_start)]
+            io = [a + b - c for a, b, c in zip(io, io_bytes(), io_start)]
         after = tiered.memory_stats()
         ram_ms, tiered_ms = float(np.median(ram_ms)), float(np.median(tiered_ms))
         hits = after["hits"] - before["hits"]

@@ -239,8 +239,8 @@ class HashTable {
   int64_t FindRow(int64_t key) const { return index_.Get(key); }  // row in RAM, or -1
   int64_t Insert(int64_t key);       // stores a new row initialized from the config
   int64_t IndexNewRow(int64_t key);  // indexes a new row of key, contents unset
-  // Disk tier: the distinct RAM rows of keys[0, n) into *in_ram and their distinct keys on disk
-  // into *on_disk, both sorted; RAM is probed through `run`.
+  // Disk tier: the distinct RAM rows of keys[0, n) into *in_ram (in order of first use) and
+  // their distinct keys on disk into *on_disk (sorted); RAM is probed through `run`.
   void SplitByTier(const int64_t* keys, int64_t n, const Runner& run, std::vector<int64_t>* in_ram,
                    std::vector<int64_t>* on_disk) const;
   // Disk tier: moves the rows of keys[0, n) that are on disk back to RAM (spilling others to
@@ -267,13 +267,18 @@ class HashTable {
                                      std::vector<int64_t>* absent);
   // The RAM rows the budget allows now (the disk index takes its share).
   int64_t RamRowLimit() const;
-  // The RAM rows Spill may take (keep, spare_seen: see Spill) as (score by config().policy,
-  // row): those a Prefetch marked as wanted into *pinned, the others into *candidates.
+  // Calls fn(row, pinned) for each RAM row Spill may take (keep, spare_seen: see Spill);
+  // pinned: a Prefetch marked it as wanted.
+  template <typename F>
+  void ForEachSpillable(const std::vector<int64_t>& keep, bool spare_seen, F fn) const;
+  // The RAM rows Spill may take as (score by config().policy, row): those a Prefetch marked as
+  // wanted into *pinned, the others into *candidates.
   void SpillCandidates(const std::vector<int64_t>& keep, bool spare_seen,
                        std::vector<std::pair<int64_t, int64_t>>* candidates,
                        std::vector<std::pair<int64_t, int64_t>>* pinned) const;
   // Moves the coldest RAM rows (by config().policy) to disk until `needed` more fit the budget;
-  // spares the rows in `keep` (sorted) and, with spare_seen, the rows seen in this lookup step.
+  // spares the rows in `keep` (distinct, any order) and, with spare_seen, the rows seen in this
+  // lookup step.
   [[nodiscard]] std::string Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen,
                                   const Runner& run);
   // Moves the RAM rows into the fewest chunks and frees the rest, so that the chunks a table

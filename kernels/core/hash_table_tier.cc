@@ -90,19 +90,26 @@ std::vector<int64_t> HashTable::MemoryStats() const {
           counters_.evictions};
 }
 
+template <typename F>
+void HashTable::ForEachSpillable(const std::vector<int64_t>& keep, bool spare_seen, F fn) const {
+  std::vector<bool> kept(keep.empty() ? 0 : meta_.size());  // a bit a row: no search per row
+  for (int64_t r : keep) kept[r] = true;
+  for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
+    if (!row_used_[r] || (spare_seen && meta_[r].last_seen == step_)) continue;
+    if (!keep.empty() && kept[r]) continue;
+    fn(r, Pinned(r));
+  }
+}
+
 void HashTable::SpillCandidates(const std::vector<int64_t>& keep, bool spare_seen,
                                 std::vector<std::pair<int64_t, int64_t>>* candidates,
                                 std::vector<std::pair<int64_t, int64_t>>* pinned) const {
   // The coldest rows go: least recently seen (lru), or seen in the fewest lookup steps (lfu,
   // which keeps a skewed distribution's frequent keys in RAM through bursts of rare ones).
   const bool lfu = config_.policy == EvictPolicy::kLfu;
-  std::vector<bool> kept(keep.empty() ? 0 : meta_.size());  // a bit a row: no search per row
-  for (int64_t r : keep) kept[r] = true;
-  for (int64_t r = 0; r < static_cast<int64_t>(meta_.size()); ++r) {
-    if (!row_used_[r] || (spare_seen && meta_[r].last_seen == step_)) continue;
-    if (!keep.empty() && kept[r]) continue;
-    (Pinned(r) ? pinned : candidates)->emplace_back(lfu ? meta_[r].count : meta_[r].last_seen, r);
-  }
+  ForEachSpillable(keep, spare_seen, [&](int64_t r, bool is_pinned) {
+    (is_pinned ? pinned : candidates)->emplace_back(lfu ? meta_[r].count : meta_[r].last_seen, r);
+  });
 }
 
 std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen,
@@ -223,19 +230,25 @@ void HashTable::CompactRows() {
 
 void HashTable::SplitByTier(const int64_t* keys, int64_t n, const Runner& run,
                             std::vector<int64_t>* in_ram, std::vector<int64_t>* on_disk) const {
-  // Probe RAM in parallel, prefetched; only the keys not in RAM are looked up on disk.
+  // Probe RAM in parallel, prefetched; only the distinct keys not in RAM are looked up on disk.
+  // A batch repeats its hot rows many times: they are told apart by a bit a row, not a sort.
   std::vector<int64_t> rows(n);
   ForEachRow(keys, n, run, [&](int64_t i, int64_t r) { rows[i] = r; });
+  std::vector<bool> listed(meta_.size());
+  std::vector<int64_t> absent;
   for (int64_t i = 0; i < n; ++i) {
-    if (rows[i] >= 0) {
-      in_ram->push_back(rows[i]);
-    } else if (tier_->MayContain(keys[i])) {
-      on_disk->push_back(keys[i]);
+    const int64_t r = rows[i];
+    if (r < 0) {
+      absent.push_back(keys[i]);
+    } else if (!listed[r]) {
+      listed[r] = true;
+      in_ram->push_back(r);
     }
   }
-  for (std::vector<int64_t>* v : {in_ram, on_disk}) {
-    std::sort(v->begin(), v->end());
-    v->erase(std::unique(v->begin(), v->end()), v->end());
+  std::sort(absent.begin(), absent.end());
+  absent.erase(std::unique(absent.begin(), absent.end()), absent.end());
+  for (int64_t key : absent) {
+    if (tier_->MayContain(key)) on_disk->push_back(key);
   }
 }
 
@@ -255,9 +268,9 @@ std::string HashTable::Prefetch(const int64_t* keys, int64_t n, const Runner& ru
   // No more than fit beside the rows that may go, those a spill takes before any wanted row:
   // not seen in this step (the current batch's, which its update needs), not wanted by the
   // last prefetch, not this batch's.
-  std::vector<std::pair<int64_t, int64_t>> movable, pinned;
-  SpillCandidates(keep, true, &movable, &pinned);
-  const int64_t stay = index_.size() - static_cast<int64_t>(movable.size());
+  int64_t movable = 0;
+  ForEachSpillable(keep, true, [&movable](int64_t, bool is_pinned) { movable += !is_pinned; });
+  const int64_t stay = index_.size() - movable;
   const int64_t fits = std::max<int64_t>(RamRowLimit() - stay, 0);
   if (static_cast<int64_t>(on_disk.size()) > fits) on_disk.resize(fits);
   std::vector<int64_t> wanted = on_disk;  // keys to mark once they are in RAM

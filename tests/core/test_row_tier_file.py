@@ -50,6 +50,7 @@ def load(lib_path) -> ctypes.CDLL:
         "sok_tier_clear": (None, [vp]),
         "sok_tier_stats": (None, [vp, I64]),
         "sok_tier_export": (i64, [vp, i64, i64, i64, I64, F32, s, i64]),
+        "sok_tier_prefetch": (ctypes.c_int, [vp, I64, i64, ctypes.POINTER(i64), s, i64]),
     }
     return bind(lib_path, sigs)
 
@@ -107,6 +108,14 @@ class Table:
         flag = int(with_slots)
         rc = self.lib.sok_tier_assign(self.h, keys, keys.size, rows, flag, step, err, ERR)
         self._check(rc, err)
+
+    def prefetch(self, keys):
+        keys = np.ascontiguousarray(keys, np.int64)
+        read = ctypes.c_int64()
+        err = ctypes.create_string_buffer(ERR)
+        rc = self.lib.sok_tier_prefetch(self.h, keys, keys.size, ctypes.byref(read), err, ERR)
+        self._check(rc, err)
+        return read.value
 
     def stats(self):
         out = np.zeros(9, np.int64)
@@ -200,6 +209,35 @@ def test_tiered_equals_ram(lib, tmp_path):
     assert s["bytes_disk"] >= s["rows_disk"] * (40 + 8 * DIM * 3 // 2)
     assert s["ram_budget"] == BUDGET and ram.stats()["ram_budget"] == -1
     assert ram.stats()["rows_disk"] == 0 and ram.stats()["spills"] == 0
+
+
+def test_prefetching_each_next_batch_equals_ram(lib, tmp_path):
+    # Each batch repeats its keys (hot ones many times), as real batches do: a prefetch tells
+    # their RAM rows apart without sorting them, and probes each key not in RAM once.
+    ram = Table(lib)
+    tiered, ahead = Table(lib, BUDGET, tmp_path / "t"), Table(lib, BUDGET, tmp_path / "a")
+    rng = np.random.default_rng(5)
+    batches = [np.repeat(keys_of(rng, step), 1 + step % 4) for step in range(1, 42)]
+    read = 0
+    for step, keys in enumerate(batches[:-1], 1):
+        if step == 2:
+            for t in (ram, tiered, ahead):
+                t.add_slots([0.5, -1.0])
+        outs = [t.lookup(keys) for t in (ram, tiered, ahead)]
+        for o in outs[1:]:
+            np.testing.assert_array_equal(o, outs[0])
+        unique = np.unique(keys)
+        grads = rng.standard_normal((unique.size, DIM)).astype(np.float32)
+        for t in (ram, tiered, ahead):
+            t.apply(unique, grads, step)
+        read += ahead.prefetch(batches[step])
+    assert_same(ram, tiered)
+    assert_same(ram, ahead)
+    s, a = tiered.stats(), ahead.stats()
+    assert read > 0 and a["spills"] > 0 and a["rows_disk"] > a["rows_ram"]
+    # Each row read ahead is at least one hit that was a miss; new keys, and rows there was no
+    # room for ahead, still miss.
+    assert a["misses"] + read <= s["misses"], (a, s, read)
 
 
 def test_file_stays_within_twice_its_rows(lib, tmp_path):

@@ -86,6 +86,14 @@ int sok_tier_apply(void* t, const int64_t* keys, int64_t n, const float* grads, 
   return 0;
 }
 
+// Reads the rows of keys[0, n) on disk back ahead of their lookup (HashTable::Prefetch);
+// *read gets how many.
+int sok_tier_prefetch(void* t, const int64_t* keys, int64_t n, int64_t* read, char* err,
+                      int64_t err_len) {
+  auto* table = static_cast<sok_lite::HashTable*>(t);
+  return Report(table->Prefetch(keys, n, kSerial, read), err, err_len);
+}
+
 int sok_tier_add_slots(void* t, const float* init, int64_t n, char* err, int64_t err_len) {
   auto* table = static_cast<sok_lite::HashTable*>(t);
   return Report(table->AddSlots(std::vector<float>(init, init + n)), err, err_len);
