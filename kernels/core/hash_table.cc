@@ -232,7 +232,6 @@ std::string HashTable::AssignPiece(const int64_t* keys, int64_t n, const float* 
         fresh.push_back(keys[i]);
       }
     }
-    std::sort(keep.begin(), keep.end());
     std::sort(fresh.begin(), fresh.end());
     fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
     problem = MakeRoom(fresh.size(), RunSerially, keep, false);

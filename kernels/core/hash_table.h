@@ -277,8 +277,8 @@ class HashTable {
                        std::vector<std::pair<int64_t, int64_t>>* candidates,
                        std::vector<std::pair<int64_t, int64_t>>* pinned) const;
   // Moves the coldest RAM rows (by config().policy) to disk until `needed` more fit the budget;
-  // spares the rows in `keep` (distinct, any order) and, with spare_seen, the rows seen in this
-  // lookup step.
+  // spares the rows in `keep` (any order, repeats allowed) and, with spare_seen, the rows seen in
+  // this lookup step.
   [[nodiscard]] std::string Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen,
                                   const Runner& run);
   // Moves the RAM rows into the fewest chunks and frees the rest, so that the chunks a table

@@ -50,17 +50,6 @@ def _collected():
     _set_madvise_hugepage(numpy_advised)
 
 
-def advised_bytes() -> int:
-    """Bytes of this process's mappings advised for huge pages."""
-    total, size = 0, 0
-    for line in pathlib.Path("/proc/self/smaps").read_text().splitlines():
-        if line.startswith("Size:"):
-            size = int(line.split()[1]) * 1024
-        elif line.startswith("VmFlags:") and " hg" in f" {line[8:]}":
-            total += size
-    return total
-
-
 def advised_ranges() -> list[tuple[int, int]]:
     """[begin, end) of this process's mappings advised for huge pages."""
     ranges, span = [], (0, 0)
@@ -71,6 +60,11 @@ def advised_ranges() -> list[tuple[int, int]]:
         elif line.startswith("VmFlags:") and " hg" in f" {line[8:]}":
             ranges.append(span)
     return ranges
+
+
+def advised_bytes() -> int:
+    """Bytes of this process's mappings advised for huge pages."""
+    return sum(end - begin for begin, end in advised_ranges())
 
 
 def address(value) -> int:
