@@ -81,7 +81,11 @@ void CombineBackwardRows(const T* grad_out, int64_t dim, const IdsByRow<T>& grou
   const int32_t* sample = groups.sample.data();
   const T* factor = groups.factor.data();
   const int64_t end = groups.begin[u1];
-  std::vector<T> acc(dim);
+  // A row's ids are summed in groups of up to kGroup (SumRows keeps the partial sums in
+  // registers across a group). Their sample rows are random reads of grad_out: fetch a few ids
+  // ahead, across rows.
+  constexpr int64_t kGroup = 16;
+  const T* group[kGroup];
   for (int64_t u = u0; u < u1; ++u) {
     const int64_t j0 = groups.begin[u], j1 = groups.begin[u + 1];
     T* dst = grad_rows + u * dim;
@@ -89,21 +93,17 @@ void CombineBackwardRows(const T* grad_out, int64_t dim, const IdsByRow<T>& grou
       std::fill(dst, dst + dim, T(0));
       continue;
     }
-    // Sample rows are random reads of grad_out: fetch a few ids ahead, across rows.
-    for (int64_t j = j0; j < j1; ++j) {
-      if (j + kPrefetchDistance < end) {
-        PrefetchBytes<0>(grad_out + static_cast<int64_t>(sample[j + kPrefetchDistance]) * dim,
-                         dim * sizeof(T));
+    for (int64_t g0 = j0; g0 < j1; g0 += kGroup) {
+      const int64_t g1 = std::min(j1, g0 + kGroup);
+      for (int64_t j = g0; j < g1; ++j) {
+        if (j + kPrefetchDistance < end) {
+          PrefetchBytes<0>(grad_out + static_cast<int64_t>(sample[j + kPrefetchDistance]) * dim,
+                           dim * sizeof(T));
+        }
+        group[j - g0] = grad_out + static_cast<int64_t>(sample[j]) * dim;
       }
-      const T* src = grad_out + static_cast<int64_t>(sample[j]) * dim;
-      const T f = factor[j];
-      if (j == j0) {  // assign, not add to zeros: the same sum (0 + x == x), one pass less
-        for (int64_t d = 0; d < dim; ++d) acc[d] = f * src[d];
-      } else {
-        for (int64_t d = 0; d < dim; ++d) acc[d] += f * src[d];
-      }
+      SumRows(group, factor + g0, g1 - g0, dim, g0 != j0, dst);
     }
-    std::memcpy(dst, acc.data(), dim * sizeof(T));
   }
 }
 

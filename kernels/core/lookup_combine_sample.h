@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/core/row_sum.h"
 #include "kernels/core/stream_store.h"
 
 namespace sok_lite {
@@ -29,19 +30,23 @@ bool CombineSample(int64_t k0, int64_t k1, int64_t dim, const T* weights, T scal
     }
     return true;
   }
+  // The rows are summed in groups of up to kGroup, their pointers collected first, so the
+  // partial sums stay in registers across a group (SumRows). A sample of one group is summed
+  // straight into dst when nothing follows the sum: dst is only written once every row is known.
+  constexpr int64_t kGroup = 16;
+  const T* group[kGroup];
+  T* sum = (k0 < k1 && k1 - k0 <= kGroup && scale == T(1) && !stream_out) ? dst : acc;
   bool complete = true;
-  for (int64_t k = k0; k < k1; ++k) {
-    const T* src = row_of(k);  // called even after a miss: it may advance a pipeline
-    complete = complete && src;
-    if (!complete) continue;
-    const T w = weights ? weights[k] : T(1);
-    if (k == k0) {  // assign, not add to zeros: one pass less, same result (0 + x == x)
-      for (int64_t d = 0; d < dim; ++d) acc[d] = w * src[d];
-    } else {
-      for (int64_t d = 0; d < dim; ++d) acc[d] += w * src[d];
+  for (int64_t g0 = k0; g0 < k1; g0 += kGroup) {
+    const int64_t g1 = std::min(k1, g0 + kGroup);
+    for (int64_t k = g0; k < g1; ++k) {
+      group[k - g0] = row_of(k);  // called even after a miss: it may advance a pipeline
+      complete = complete && group[k - g0];
     }
+    if (complete) SumRows(group, weights ? weights + g0 : nullptr, g1 - g0, dim, g0 != k0, sum);
   }
   if (!complete) return false;
+  if (sum == dst) return true;
   if (k0 == k1) std::fill(acc, acc + dim, T(0));
   if (scale != T(1)) {
     for (int64_t d = 0; d < dim; ++d) acc[d] *= scale;

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "kernels/core/half_rows.h"
+#include "kernels/core/isa_clones.h"
 #include "kernels/core/prefetch.h"
 
 namespace sok_lite {
@@ -238,18 +239,8 @@ void ApplyRows(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, const i
 
 namespace {
 
-// The 16-bit conversions of the optimizer rows, dispatched at load time: an AVX2 clone where the
-// CPU has it (8 lanes, and a native 32-bit multiply for the rounding draws, which baseline
-// SSE2 emulates), the baseline x86-64 one elsewhere. Both compute the same bits;
-// tests/core builds the library a second time with SOK_LITE_NO_TARGET_CLONES to check the
-// baseline path on any machine.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(SOK_LITE_NO_TARGET_CLONES)
-#define SOK_LITE_ISA_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define SOK_LITE_ISA_CLONES
-#endif
-
+// The 16-bit conversions of the optimizer rows, compiled as ISA clones (isa_clones.h): the AVX2
+// clone also has a native 32-bit multiply for the rounding draws, which baseline SSE2 emulates.
 SOK_LITE_ISA_CLONES void WidenHalfRow(HalfFormat format, const uint16_t* src, int64_t dim,
                                       float* dst) {
   WidenRow(format, src, dim, dst);

@@ -5,8 +5,8 @@ import pytest
 from tests.core.capi_build import build
 
 # The kernels/core sources core_capi.cc calls into.
-CORE_CAPI_SOURCES = ["lookup_unique.cc", "lookup_combine.cc", "optimizer.cc", "huge_pages.cc"]
-CORE_CAPI_SOURCES += ["disk_index.cc", "open_index.cc", "hash_table_record.cc"]
+CORE_CAPI_SOURCES = ["lookup_unique.cc", "lookup_combine.cc", "row_sum.cc", "optimizer.cc"]
+CORE_CAPI_SOURCES += ["huge_pages.cc", "disk_index.cc", "open_index.cc", "hash_table_record.cc"]
 
 
 @pytest.fixture(scope="session")

@@ -74,8 +74,8 @@ def core(core_capi_library):
 
 
 @pytest.fixture(scope="module", params=["dispatched", "baseline"])
-def half_core(request):
-    """The core library as built (16-bit row conversions dispatched at load time: the AVX2
+def isa_core(request):
+    """The core library as built (the functions of isa_clones.h dispatched at load time: the AVX2
     clone on a CPU that has it) and built without the clones (baseline x86-64 code)."""
     if request.param == "dispatched":
         return request.getfixturevalue("core")
@@ -204,6 +204,44 @@ def test_segment_combine(core, combiner, weighted):
         denom = {"sum": 1.0, "mean": w[k].sum(), "sqrtn": np.sqrt((w[k] ** 2).sum())}[combiner]
         want[b] = total / denom if denom != 0 else 0.0
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+def _combine_in_order(rows, inverse, splits, weights, combiner):
+    """The forward combine in float32, one term after another in position order: what the
+    kernel computes, whatever its vector width."""
+    f32 = np.float32
+    out = np.zeros((len(splits) - 1, rows.shape[1]), f32)
+    for b in range(len(splits) - 1):
+        acc, denom = None, f32(0)
+        for k in range(splits[b], splits[b + 1]):
+            w = f32(1) if weights is None else weights[k]
+            term = rows[inverse[k]] if weights is None else w * rows[inverse[k]]
+            acc = term if acc is None else acc + term
+            denom = denom + w
+        if acc is not None:
+            out[b] = acc if combiner == "sum" else acc * (f32(1) / denom)
+    return out
+
+
+@pytest.mark.parametrize("dim", [1, 7, 16, 24, 64, 100])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_combine_bit_for_bit_in_position_order(isa_core, dim, weighted):
+    """Samples of up to 40 ids (several groups of registers) and widths that leave a remainder
+    after each vector block: the same bits as the plain float32 loop, clones or not."""
+    rng = np.random.default_rng(dim + 1000 * weighted)
+    batch, num_unique = 50, 30
+    splits = np.concatenate([[0], np.cumsum(rng.integers(0, 41, batch))]).astype(np.int64)
+    n = int(splits[-1])
+    inverse = rng.integers(0, num_unique, n).astype(np.int32)
+    rows = rng.standard_normal((num_unique, dim)).astype(np.float32)
+    weights = rng.uniform(0.1, 2.0, n).astype(np.float32) if weighted else None
+    w_ptr = None if weights is None else weights.ctypes.data
+    for combiner in ["sum", "mean"]:
+        out = np.full((batch, dim), np.nan, np.float32)
+        code = isa_core.sok_core_combiner_code(combiner.encode())
+        isa_core.sok_core_combine(rows, dim, inverse, splits, batch, w_ptr, code, out)
+        want = _combine_in_order(rows, inverse, splits, weights, combiner)
+        np.testing.assert_array_equal(out, want, err_msg=combiner)
 
 
 @pytest.mark.parametrize("eps_outside", [0, 1])
@@ -349,8 +387,8 @@ def _apply_half(core, kind, var_bits, slots, rows, grads, p, fmt, seed, step, st
 
 
 @pytest.mark.parametrize("fmt", [BF16, FP16])
-def test_half_rows_sgd_and_adam_round_the_float32_update(half_core, fmt):
-    core = half_core
+def test_half_rows_sgd_and_adam_round_the_float32_update(isa_core, fmt):
+    core = isa_core
     rng = np.random.default_rng(23 + fmt)
     vocab, dim, seed, step = 40, 19, 777, 5
     wide = rng.standard_normal((vocab, dim)).astype(np.float32)
@@ -438,10 +476,10 @@ def test_huge_page_advice_keeps_values_and_is_given_once(core, monkeypatch):
 
 
 @pytest.mark.parametrize("fmt", [BF16, FP16])
-def test_half_rows_with_bf16_slots_round_the_float32_adam_step(half_core, fmt):
+def test_half_rows_with_bf16_slots_round_the_float32_adam_step(isa_core, fmt):
     """bfloat16 slots: widened, the float32 Adam step (NumPy float32, same operation order),
     rounded back stochastically with the draws of columns (s + 1) * dim + c of the row's key."""
-    core = half_core
+    core = isa_core
     rng = np.random.default_rng(41 + fmt)
     vocab, dim, seed, step, stride, offset = 40, 19, 555, 4, 3, 2
     wide = rng.standard_normal((vocab, dim)).astype(np.float32)

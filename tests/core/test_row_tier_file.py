@@ -19,7 +19,7 @@ from tests.core.key_identity import twins
 
 # HashTable's sources (every kernels/core/hash_table*.cc) and what they call.
 SOURCES = sorted(p.name for p in (ROOT / "kernels" / "core").glob("hash_table*.cc"))
-SOURCES += ["disk_index.cc", "open_index.cc", "row_init.cc", "huge_pages.cc"]
+SOURCES += ["disk_index.cc", "open_index.cc", "row_init.cc", "huge_pages.cc", "row_sum.cc"]
 I64_MIN = np.iinfo(np.int64).min
 DIM = 32
 ERR = 512
