@@ -18,7 +18,8 @@ import tempfile
 from common import build_native
 
 SOURCES = ["benchmarks/native/fused_update_bench.cc"]
-SOURCES += [f"kernels/core/{n}.cc" for n in ("lookup_combine", "lookup_unique", "optimizer")]
+CORE = ("lookup_combine", "row_sum", "lookup_unique", "optimizer")
+SOURCES += [f"kernels/core/{n}.cc" for n in CORE]
 
 
 def main() -> None:

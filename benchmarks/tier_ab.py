@@ -35,7 +35,7 @@ def build(tree: pathlib.Path, out: pathlib.Path) -> ctypes.CDLL:
     core = tree / "kernels" / "core"
     sources = sorted(core.glob("hash_table*.cc"))
     sources += [core / s for s in ("disk_index.cc", "open_index.cc", "row_init.cc")]
-    sources += [core / "huge_pages.cc"]
+    sources += [core / "huge_pages.cc", core / "row_sum.cc"]
     sources = [str(s) for s in sources if s.exists()]
     lib = out / "libtier.so"
     cmd = [cxx, "-O3", "-std=c++17", "-shared", "-fPIC", f"-I{tree}", "-o", str(lib)]

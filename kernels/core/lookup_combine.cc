@@ -65,12 +65,13 @@ void GroupIdsByRow(const int32_t* inverse, const int64_t* row_splits, int64_t ba
   for (int64_t u = 0; u < num_unique; ++u) begin[u + 1] += begin[u];
   std::vector<int64_t> next(begin.begin(), begin.end() - 1);
   groups->sample.resize(n);
-  groups->factor.resize(n);
+  const bool unit = !weights && std::all_of(scale, scale + batch, [](T s) { return s == T(1); });
+  groups->factor.resize(unit ? 0 : n);
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t k = row_splits[b]; k < row_splits[b + 1]; ++k) {
       const int64_t at = next[inverse[k]]++;
       groups->sample[at] = static_cast<int32_t>(b);
-      groups->factor[at] = (weights ? weights[k] : T(1)) * scale[b];
+      if (!unit) groups->factor[at] = (weights ? weights[k] : T(1)) * scale[b];
     }
   }
 }
@@ -79,7 +80,7 @@ template <typename T>
 void CombineBackwardRows(const T* grad_out, int64_t dim, const IdsByRow<T>& groups, int64_t u0,
                          int64_t u1, T* grad_rows) {
   const int32_t* sample = groups.sample.data();
-  const T* factor = groups.factor.data();
+  const T* factor = groups.factor.empty() ? nullptr : groups.factor.data();
   const int64_t end = groups.begin[u1];
   // A row's ids are summed in groups of up to kGroup (SumRows keeps the partial sums in
   // registers across a group). Their sample rows are random reads of grad_out: fetch a few ids
@@ -102,7 +103,7 @@ void CombineBackwardRows(const T* grad_out, int64_t dim, const IdsByRow<T>& grou
         }
         group[j - g0] = grad_out + static_cast<int64_t>(sample[j]) * dim;
       }
-      SumRows(group, factor + g0, g1 - g0, dim, g0 != j0, dst);
+      SumRows(group, factor ? factor + g0 : nullptr, g1 - g0, dim, g0 != j0, dst);
     }
   }
 }

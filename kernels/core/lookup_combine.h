@@ -36,12 +36,13 @@ void CombineForward(const T* rows, int64_t dim, const int32_t* inverse, const in
 
 // The ids of each unique row, grouped by row (a counting sort of the inverse index): row u's ids
 // are entries [begin[u], begin[u + 1]) of `sample` (the id's sample) and `factor` (its
-// w[k] * scale[sample]), in ascending order of position k.
+// w[k] * scale[sample]), in ascending order of position k. `factor` is empty when every factor
+// is 1 (no weights, every scale 1: the sum combiner): the sum then multiplies by nothing.
 template <typename T>
 struct IdsByRow {
   std::vector<int64_t> begin;   // num_unique + 1
   std::vector<int32_t> sample;  // n
-  std::vector<T> factor;        // n
+  std::vector<T> factor;        // n, or empty
 };
 
 // Fills `groups` from inverse [n] (every entry in [0, num_unique)) and the samples' row splits.
