@@ -152,13 +152,15 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
   problem = AdmitMissing(keys, &missing, run);
   if (!problem.empty()) return problem;
   run(redo.size(), [&](int64_t j0, int64_t j1) {
-    std::vector<float> acc(dim), init(stride);
+    // A ring of scratch records: CombineSample holds up to kCombineGroup rows at once.
+    std::vector<float> acc(dim), init(kCombineGroup * stride);
     const auto row_of = [&](int64_t k) -> const float* {
       const int64_t r = FindRow(keys[k]);
       if (r >= 0) return RowPtr(r);
       // Not admitted: nothing stored; the record it would get (a float32 table: its value).
-      InitRecord(keys[k], init.data());
-      return init.data();
+      float* record = init.data() + (k % kCombineGroup) * stride;
+      InitRecord(keys[k], record);
+      return record;
     };
     for (int64_t j = j0; j < j1; ++j) combine_sample(redo[j], row_of, acc.data());
     if (stream_out) StreamFence();

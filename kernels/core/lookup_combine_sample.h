@@ -12,6 +12,11 @@
 
 namespace sok_lite {
 
+// How many rows CombineSample sums at once: the row row_of(k) gives must stay valid until
+// row_of(k + kCombineGroup - 1) has been called (a ring of kCombineGroup scratch rows indexed by
+// k % kCombineGroup does).
+constexpr int64_t kCombineGroup = 16;
+
 // dst[0, dim) = scale * sum_k w_k * row_of(k) over the ids k in [k0, k1) of one sample (w_k =
 // weights[k], or 1 when weights is null); zeros for an empty sample. row_of(k) is called once for
 // every k, in order, and gives the row of id k or null (not available); returns false, leaving
@@ -30,15 +35,14 @@ bool CombineSample(int64_t k0, int64_t k1, int64_t dim, const T* weights, T scal
     }
     return true;
   }
-  // The rows are summed in groups of up to kGroup, their pointers collected first, so the
+  // The rows are summed in groups of up to kCombineGroup, their pointers collected first, so the
   // partial sums stay in registers across a group (SumRows). A sample of one group is summed
   // straight into dst when nothing follows the sum: dst is only written once every row is known.
-  constexpr int64_t kGroup = 16;
-  const T* group[kGroup];
-  T* sum = (k0 < k1 && k1 - k0 <= kGroup && scale == T(1) && !stream_out) ? dst : acc;
+  const T* group[kCombineGroup];
+  T* sum = (k0 < k1 && k1 - k0 <= kCombineGroup && scale == T(1) && !stream_out) ? dst : acc;
   bool complete = true;
-  for (int64_t g0 = k0; g0 < k1; g0 += kGroup) {
-    const int64_t g1 = std::min(k1, g0 + kGroup);
+  for (int64_t g0 = k0; g0 < k1; g0 += kCombineGroup) {
+    const int64_t g1 = std::min(k1, g0 + kCombineGroup);
     for (int64_t k = g0; k < g1; ++k) {
       group[k - g0] = row_of(k);  // called even after a miss: it may advance a pipeline
       complete = complete && group[k - g0];

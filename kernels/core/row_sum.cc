@@ -1,6 +1,6 @@
 #include "kernels/core/row_sum.h"
 
-#include <cstring>
+#include <type_traits>
 
 #include "kernels/core/isa_clones.h"
 
@@ -9,15 +9,29 @@ namespace {
 
 // 32 bytes of a row as one value: GCC's vector extension, an AVX2 register in the AVX2 clone, two
 // SSE registers in the baseline one. Element-wise arithmetic, so the same bits as scalar code.
+typedef float FloatVec __attribute__((vector_size(32)));
+typedef double DoubleVec __attribute__((vector_size(32)));
+// The same, read and written in place in a row: any alignment of the element, may alias it.
+// (Plain typedefs: GCC drops the alignment of one reached through a template parameter.)
+typedef float FloatVecInRow __attribute__((vector_size(32), aligned(4), may_alias));
+typedef double DoubleVecInRow __attribute__((vector_size(32), aligned(8), may_alias));
+
+SOK_LITE_INLINE_IN_CLONES const FloatVecInRow* InRow(const float* p) {
+  return reinterpret_cast<const FloatVecInRow*>(p);
+}
+SOK_LITE_INLINE_IN_CLONES FloatVecInRow* InRow(float* p) {
+  return reinterpret_cast<FloatVecInRow*>(p);
+}
+SOK_LITE_INLINE_IN_CLONES const DoubleVecInRow* InRow(const double* p) {
+  return reinterpret_cast<const DoubleVecInRow*>(p);
+}
+SOK_LITE_INLINE_IN_CLONES DoubleVecInRow* InRow(double* p) {
+  return reinterpret_cast<DoubleVecInRow*>(p);
+}
+
 template <typename T>
-struct Lanes;
-template <>
-struct Lanes<float> {
-  typedef float Vec __attribute__((vector_size(32)));
-};
-template <>
-struct Lanes<double> {
-  typedef double Vec __attribute__((vector_size(32)));
+struct Lanes {
+  typedef std::conditional_t<std::is_same_v<T, float>, FloatVec, DoubleVec> Vec;
 };
 
 // Columns [col, col + kVecs * lanes) of the sum: the partial sums stay in kVecs registers while
@@ -28,34 +42,32 @@ SOK_LITE_INLINE_IN_CLONES void SumVectors(const T* const* rows, const T* w, int6
                                           bool add, T* dst) {
   using Vec = typename Lanes<T>::Vec;
   constexpr int kLanes = sizeof(Vec) / sizeof(T);
-  const auto load = [](const T* p) {
-    Vec v;
-    std::memcpy(&v, p, sizeof(Vec));
-    return v;
-  };
   Vec acc[kVecs];
   int64_t j = 0;
   if (add) {
-    for (int i = 0; i < kVecs; ++i) acc[i] = load(dst + col + i * kLanes);
+    for (int i = 0; i < kVecs; ++i) acc[i] = *InRow(dst + col + i * kLanes);
   } else {
     const T* r = rows[0] + col;
-    const T f = w ? w[0] : T(1);
-    for (int i = 0; i < kVecs; ++i) acc[i] = w ? f * load(r + i * kLanes) : load(r + i * kLanes);
+    if (w) {
+      for (int i = 0; i < kVecs; ++i) acc[i] = w[0] * *InRow(r + i * kLanes);
+    } else {
+      for (int i = 0; i < kVecs; ++i) acc[i] = *InRow(r + i * kLanes);
+    }
     j = 1;
   }
   if (w) {
     for (; j < n; ++j) {
       const T* r = rows[j] + col;
       const T f = w[j];
-      for (int i = 0; i < kVecs; ++i) acc[i] += f * load(r + i * kLanes);
+      for (int i = 0; i < kVecs; ++i) acc[i] += f * *InRow(r + i * kLanes);
     }
   } else {
     for (; j < n; ++j) {
       const T* r = rows[j] + col;
-      for (int i = 0; i < kVecs; ++i) acc[i] += load(r + i * kLanes);
+      for (int i = 0; i < kVecs; ++i) acc[i] += *InRow(r + i * kLanes);
     }
   }
-  for (int i = 0; i < kVecs; ++i) std::memcpy(dst + col + i * kLanes, &acc[i], sizeof(Vec));
+  for (int i = 0; i < kVecs; ++i) *InRow(dst + col + i * kLanes) = acc[i];
 }
 
 // One column, for what remains of a row narrower than a vector.
