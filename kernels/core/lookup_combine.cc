@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "kernels/core/lookup_combine_sample.h"
@@ -82,11 +81,10 @@ void CombineBackwardRows(const T* grad_out, int64_t dim, const IdsByRow<T>& grou
   const int32_t* sample = groups.sample.data();
   const T* factor = groups.factor.empty() ? nullptr : groups.factor.data();
   const int64_t end = groups.begin[u1];
-  // A row's ids are summed in groups of up to kGroup (SumRows keeps the partial sums in
-  // registers across a group). Their sample rows are random reads of grad_out: fetch a few ids
-  // ahead, across rows.
-  constexpr int64_t kGroup = 16;
-  const T* group[kGroup];
+  // A row's ids are summed in groups of up to kCombineGroup, as CombineSample sums a sample's
+  // (SumRows keeps the partial sums in registers across a group). Their sample rows are random
+  // reads of grad_out: fetch a few ids ahead, across rows.
+  const T* group[kCombineGroup];
   for (int64_t u = u0; u < u1; ++u) {
     const int64_t j0 = groups.begin[u], j1 = groups.begin[u + 1];
     T* dst = grad_rows + u * dim;
@@ -94,8 +92,8 @@ void CombineBackwardRows(const T* grad_out, int64_t dim, const IdsByRow<T>& grou
       std::fill(dst, dst + dim, T(0));
       continue;
     }
-    for (int64_t g0 = j0; g0 < j1; g0 += kGroup) {
-      const int64_t g1 = std::min(j1, g0 + kGroup);
+    for (int64_t g0 = j0; g0 < j1; g0 += kCombineGroup) {
+      const int64_t g1 = std::min(j1, g0 + kCombineGroup);
       for (int64_t j = g0; j < g1; ++j) {
         if (j + kPrefetchDistance < end) {
           PrefetchBytes<0>(grad_out + static_cast<int64_t>(sample[j + kPrefetchDistance]) * dim,
