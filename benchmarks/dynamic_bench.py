@@ -1,6 +1,6 @@
 """DynamicVariable: memory per stored row, and find-or-insert + gather speed vs TF's hash table.
 
-Usage: python benchmarks/dynamic_bench.py [--keys 1000000] [--dim 64]
+Usage: python benchmarks/dynamic_bench.py [--keys 1000000] [--dim 64] [--new-keys 16384]
 
 Memory: process RSS growth while 10^6 distinct keys are inserted into a table that already has
 Adam's two slots, against the raw payload (value + 2 slots, float32).
@@ -13,6 +13,8 @@ side's); see time_blocks and time_steps in common.py.
 Training step: the same ids, a loss through a fixed projection, its gradient and an Adam update
 of the rows read: ours through lookup_sparse + OptimizerScope(keras Adam), TF's with three
 DenseHashTables (rows, m, v) and Adam's update written out.
+New keys: --new-keys ids a step that were never seen (uniform over 2^62), so every id inserts a
+row with its initial values; the same find-or-insert + gather on both sides, interleaved.
 """
 
 import argparse
@@ -59,15 +61,9 @@ def memory(num_keys, dim):
     )
 
 
-def speed(dim, iters):
-    rng = np.random.default_rng(0)
-    batches = [zipf_ids(rng, 163_840, 2**40) for _ in range(4)]
-    n_unique = int(np.mean([len(np.unique(b)) for b in batches]))
-    table = sok.DynamicVariable(dim, initializer=keras.initializers.RandomNormal(seed=2))
-    columns = [tf.constant(b.reshape(-1, 1)) for b in batches]
-    ragged = [tf.RaggedTensor.from_tensor(c) for c in columns]
-    our_step = tf.function(lambda ids: sok.lookup_sparse(table, ids))
-
+def dense_hash_table_step(dim):
+    """The peer: a tf.function over a new DenseHashTable that finds ids (unique, lookup), inserts
+    the missing ones with random normal rows, and gathers a row per id."""
     tf_table = tf.lookup.experimental.DenseHashTable(
         key_dtype=tf.int64,
         value_dtype=tf.float32,
@@ -75,7 +71,6 @@ def speed(dim, iters):
         empty_key=-(2**63),
         deleted_key=-(2**63) + 1,
     )
-    dense = [tf.constant(b) for b in batches]
 
     @tf.function
     def tf_step(ids):
@@ -88,6 +83,42 @@ def speed(dim, iters):
         tf_table.insert(new_keys, init)
         values = tf.tensor_scatter_nd_update(values, tf.where(missing), init)
         return tf.gather(values, idx)
+
+    return tf_step
+
+
+def new_keys_speed(dim, iters, batch):
+    """Every step's ids are keys never seen before: the cost of admitting rows, initial values
+    included (ours: the initializer's normal rows; TF's: stateless_normal)."""
+    rng = np.random.default_rng(1)
+    warmup = 5
+    fresh = [rng.integers(0, 2**62, batch) for _ in range(warmup + iters + 1)]
+    table = sok.DynamicVariable(dim, initializer=keras.initializers.RandomNormal(seed=2))
+    our_step = tf.function(lambda ids: sok.lookup_sparse(table, ids))
+    tf_step = dense_hash_table_step(dim)
+    ours = cycling(our_step, [(tf.constant(b.reshape(-1, 1)),) for b in fresh])
+    peer = cycling(tf_step, [(tf.constant(b),) for b in fresh])
+    ours(), peer()  # trace both on the first batch; the timed calls take the rest
+    ours_ms, tf_ms = time_steps([ours, peer], warmup=warmup, iters=iters)
+    report(
+        f"hash-table insert + gather: {batch:,} new keys a step, d = {dim}, interleaved",
+        ours_ms,
+        tf_ms,
+        "tf.lookup.experimental.DenseHashTable",
+    )
+
+
+def speed(dim, iters):
+    rng = np.random.default_rng(0)
+    batches = [zipf_ids(rng, 163_840, 2**40) for _ in range(4)]
+    n_unique = int(np.mean([len(np.unique(b)) for b in batches]))
+    table = sok.DynamicVariable(dim, initializer=keras.initializers.RandomNormal(seed=2))
+    columns = [tf.constant(b.reshape(-1, 1)) for b in batches]
+    ragged = [tf.RaggedTensor.from_tensor(c) for c in columns]
+    our_step = tf.function(lambda ids: sok.lookup_sparse(table, ids))
+
+    tf_step = dense_hash_table_step(dim)
+    dense = [tf.constant(b) for b in batches]
 
     # An eager call of a tf.function on CPU returns once its outputs are computed; fetching
     # the 42 MB result to NumPy would add the same copy to both sides.
@@ -183,8 +214,10 @@ def main():
     p.add_argument("--keys", type=int, default=1_000_000)
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--new-keys", type=int, default=16_384, help="new keys a step (insert speed)")
     args = p.parse_args()
     speed(args.dim, args.iters)
+    new_keys_speed(args.dim, args.iters, args.new_keys)
     train_speed(args.dim, args.iters)
     memory(args.keys, args.dim)
 

@@ -118,8 +118,8 @@ class HashTable {
   // One lookup step: stored keys are marked seen; unseen keys are counted and stored once
   // admitted (evicting under the capacity policy if needed). A key counts once per step however
   // often it repeats in `keys`. out[i, :dim] gets keys[i]'s value (the initializer's value for a
-  // key not admitted yet). Probing and copying run through `run`; inserts are serial. Returns ""
-  // or an error.
+  // key not admitted yet). Probing, copying and new rows' initial values run through `run`;
+  // index inserts are serial. Returns "" or an error.
   [[nodiscard]] std::string Lookup(const int64_t* keys, int64_t n, float* out, const Runner& run);
 
   // Disk tier: reads the rows of keys[0, n) that are on disk back into RAM ahead of the lookup
@@ -238,6 +238,7 @@ class HashTable {
   void ForEachRow(const int64_t* keys, int64_t n, const Runner& run, F on_row) const;
   int64_t FindRow(int64_t key) const { return index_.Get(key); }  // row in RAM, or -1
   int64_t Insert(int64_t key);       // stores a new row initialized from the config
+  int64_t Place(int64_t key);        // Insert without the initial values: the record is unset
   int64_t IndexNewRow(int64_t key);  // indexes a new row of key, contents unset
   // Disk tier: the distinct RAM rows of keys[0, n) into *in_ram (in order of first use) and
   // their distinct keys on disk into *on_disk (sorted); RAM is probed through `run`.

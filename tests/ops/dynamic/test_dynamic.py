@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
+from sok_lite.io.serving_init import initial_rows
 from tests.common import ragged, rows_by_key
 from tests.ops.optimizer.lazy_reference import LazyOptimizer
 
@@ -53,6 +54,30 @@ def test_same_initial_row_for_a_key_whatever_the_order():
     ra, rb = rows_by_key(a), rows_by_key(b)
     for key in (1, 2, 3):
         np.testing.assert_array_equal(ra[key], rb[key])
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_a_large_batch_of_new_keys_gets_their_initial_rows(dtype):
+    # 20,000 new keys in one lookup: their initial values are written on all threads, after the
+    # serial index inserts; a table that meets the same keys a few at a time writes them serially.
+    init = keras.initializers.RandomNormal(seed=5)
+    rng = np.random.default_rng(6)
+    keys = rng.permutation(np.unique(rng.integers(-(2**40), 2**40, 20_000)))
+    many = sok.DynamicVariable(8, initializer=init, dtype=dtype)
+    few = sok.DynamicVariable(8, initializer=init, dtype=dtype)
+    out = sok.lookup_sparse(many, tf.RaggedTensor.from_tensor(keys.reshape(-1, 1)))
+    for part in np.array_split(keys[:600], 200):
+        sok.lookup_sparse(few, tf.RaggedTensor.from_tensor(part.reshape(-1, 1)))
+    many_rows, few_rows = rows_by_key(many), rows_by_key(few)
+    assert len(many_rows) == len(keys) > 19_000
+    for i, key in enumerate(keys[:600].tolist()):
+        np.testing.assert_array_equal(many_rows[key], few_rows[key])
+        np.testing.assert_array_equal(out[i].numpy(), np.asarray(many_rows[key], np.float32))
+    # Every row against the initializer in TF's own ops (its log and cos may differ by an ulp).
+    expected = initial_rows(many.initializer_spec, tf.constant(keys), 8).numpy()
+    got = np.stack([np.asarray(many_rows[k], np.float32) for k in keys.tolist()])
+    rtol = 1e-6 if dtype == tf.float32 else 2**-8
+    np.testing.assert_allclose(got, expected, rtol=rtol, atol=1e-7)
 
 
 @pytest.mark.parametrize(
