@@ -84,6 +84,11 @@ void HashTable::InitRecord(int64_t key, float* record) const {
   } else {
     InitRows(config_.init, &key, config_.dim, 0, 1, record);
   }
+  FillSlots(record);
+}
+
+void HashTable::FillSlots(float* record) const {
+  const RecordLayout layout = this->layout();
   for (int s = 0; s < layout.num_slots; ++s) {
     std::fill(layout.slot(record, s), layout.slot(record, s) + config_.dim, slot_init_[s]);
   }
@@ -254,8 +259,11 @@ std::string HashTable::AssignPiece(const int64_t* keys, int64_t n, const float* 
   const RecordLayout layout = this->layout();
   const int64_t width = with_slots ? layout.row_width() : config_.dim;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t found = FindRow(keys[i]);
-    const int64_t r = found < 0 ? Insert(keys[i]) : found;
+    int64_t r = FindRow(keys[i]);
+    if (r < 0) {  // a new key: no initial value (written over next), its slots' fills
+      r = Place(keys[i]);
+      if (!with_slots) FillSlots(RowPtr(r));
+    }
     layout.WriteRow(rows + i * width, with_slots, RowPtr(r));
     meta_[r].updated = step;
   }

@@ -309,6 +309,7 @@ class HashTable {
     }
   }
   void InitRecord(int64_t key, float* record) const;  // initializer's value, slots' fills
+  void FillSlots(float* record) const;                // the slots' fills alone
   void InitValue(int64_t key, float* out) const;      // [dim]: the value InitRecord stores
   float* RowPtr(int64_t r) { return chunks_[r / kChunkRows].get() + (r % kChunkRows) * stride(); }
   int64_t AllocateRow();

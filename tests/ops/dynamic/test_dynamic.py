@@ -250,6 +250,25 @@ def test_bad_assign_and_reads():
         sok.lookup_sparse(table, ragged([[1.5]], tf.float32))
 
 
+def test_assigned_new_keys_get_the_values_given_and_their_slots_fills():
+    # A new key's assigned value is written over no initial value; its slots still start at the
+    # optimizer's fills (Adagrad: initial_accumulator_value).
+    table = sok.DynamicVariable(4, initializer=keras.initializers.RandomNormal(seed=3))
+    opt = keras.optimizers.Adagrad(0.1, initial_accumulator_value=0.25)
+    sok.lookup_sparse(table, ragged([[7]]))
+    with sok.OptimizerScope([table]):
+        grad = tf.IndexedSlices(tf.ones([1, 4]), tf.constant([7], tf.int64))
+        opt.apply_gradients([(grad, table)])
+    keys = [7] + [2**50 + k for k in range(3000)]  # rows past the first chunk of 1,024 too
+    values = np.random.default_rng(4).standard_normal([len(keys), 4]).astype(np.float32)
+    table.assign(tf.constant(keys, tf.int64), values)
+    rows = rows_by_key(table, with_slots=True)
+    got = np.stack([rows[k] for k in keys])
+    np.testing.assert_array_equal(got[:, :4], values)
+    np.testing.assert_array_equal(got[1:, 4:], np.full([len(keys) - 1, 4], 0.25, np.float32))
+    assert np.all(got[0, 4:] > 0.25)  # an existing key keeps its slot
+
+
 def test_rejected_assign_leaves_the_table_unchanged():
     table = sok.DynamicVariable(3, initializer="zeros")
     with pytest.raises(tf.errors.InvalidArgumentError):
