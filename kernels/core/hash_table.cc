@@ -54,12 +54,6 @@ int64_t HashTable::Place(int64_t key) {
   return r;
 }
 
-int64_t HashTable::Insert(int64_t key) {
-  const int64_t r = Place(key);
-  InitRecord(key, RowPtr(r));
-  return r;
-}
-
 void HashTable::Erase(int64_t key) {
   const int64_t r = index_.Erase(key);
   if (r < 0) return;

@@ -237,8 +237,9 @@ class HashTable {
   template <typename F>
   void ForEachRow(const int64_t* keys, int64_t n, const Runner& run, F on_row) const;
   int64_t FindRow(int64_t key) const { return index_.Get(key); }  // row in RAM, or -1
-  int64_t Insert(int64_t key);       // stores a new row initialized from the config
-  int64_t Place(int64_t key);        // Insert without the initial values: the record is unset
+  // Stores a new row of key (bookkeeping, index), its record unset: InitRecord, or a value
+  // written over it, fills it.
+  int64_t Place(int64_t key);
   int64_t IndexNewRow(int64_t key);  // indexes a new row of key, contents unset
   // Disk tier: the distinct RAM rows of keys[0, n) into *in_ram (in order of first use) and
   // their distinct keys on disk into *on_disk (sorted); RAM is probed through `run`.
