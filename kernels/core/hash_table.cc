@@ -48,9 +48,8 @@ int64_t HashTable::IndexNewRow(int64_t key) {
 }
 
 int64_t HashTable::Place(int64_t key) {
-  const int64_t r = IndexNewRow(key);
+  const int64_t r = IndexNewRow(key);  // marks the row used
   meta_[r] = RowMeta{key, step_, 0, -1};
-  row_used_[r] = true;
   return r;
 }
 
