@@ -169,3 +169,63 @@ def test_hotness_and_malformed_splits_are_rejected():
     with pytest.raises(tf.errors.InvalidArgumentError, match="clicks.*3 weights for 2 ids"):
         raw([0, 2], tf.ones([3]))
     assert int(table.size()) == 0
+
+
+# Keys from which a table keeps its lookup's rows for the optimizer step
+# (HashTable::kKeepLookupRowsFrom): the tests below store more, so that the step takes them.
+MANY_KEYS = 2**14 + 1000
+
+
+def lookup_gradient(table, ids):
+    """The gradient of sum(lookup_sparse(table, ids)) over [n, 1] ids."""
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(
+            sok.lookup_sparse(table, tf.RaggedTensor.from_tensor(ids.reshape(-1, 1)))
+        )
+    return tape.gradient(loss, table)
+
+
+def test_an_update_after_its_rows_went_to_other_keys_leaves_those_rows_alone():
+    # The optimizer step takes the rows its lookup found rather than probing again; here the
+    # table's rows were replaced between the two (as a checkpoint load does), other keys in the
+    # same row numbers.
+    dim = 3
+    table = sok.DynamicVariable(dim, initializer=keras.initializers.RandomNormal(seed=4))
+    lookup_gradient(table, np.arange(-MANY_KEYS, 0, dtype=np.int64))
+    first = np.arange(1, 3001, dtype=np.int64)  # several row chunks, over the threads
+    grad = lookup_gradient(table, first)
+    second = np.arange(10_000, 10_000 + MANY_KEYS + first.size, dtype=np.int64)
+    values = np.random.default_rng(7).standard_normal([second.size, dim]).astype(np.float32)
+    table.replace_rows(tf.constant(second), tf.constant(values))
+    with sok.OptimizerScope([table]):
+        keras.optimizers.SGD(1.0).apply_gradients([(grad, table)])
+    keys, rows = table.export()
+    order = np.argsort(keys.numpy())
+    np.testing.assert_array_equal(keys.numpy()[order], second)
+    np.testing.assert_array_equal(rows.numpy()[order], values)
+
+
+@pytest.mark.parametrize("rows_freed", [False, True])
+def test_an_update_of_keys_in_any_order_changes_each_keys_own_row(rows_freed):
+    rng = np.random.default_rng(5)
+    dim = 4
+    table = sok.DynamicVariable(dim, initializer=keras.initializers.RandomNormal(seed=6))
+    lookup_gradient(table, np.arange(-MANY_KEYS, 0, dtype=np.int64))
+    ids = ((rng.zipf(1.2, 20_000) - 1) % 4000).astype(np.int64)
+    distinct = lookup_gradient(table, ids).indices.numpy()  # first seen first
+    if rows_freed:  # since the lookup: the step checks each row against its key
+        assert int(table.evict(steps_unseen=1)) == MANY_KEYS
+    before = rows_by_key(table)
+    # The lookup's order for a while, then the rest shuffled, and a key never stored.
+    keys = np.concatenate([distinct[:500], rng.permutation(distinct[500:]), [99_999]])
+    grads = rng.standard_normal([keys.size, dim]).astype(np.float32)
+    with sok.OptimizerScope([table]):
+        keras.optimizers.SGD(1.0).apply_gradients(
+            [(tf.IndexedSlices(tf.constant(grads), tf.constant(keys)), table)]
+        )
+    after = rows_by_key(table)
+    assert sorted(after) == sorted(before)
+    for key, grad in zip(keys[:-1].tolist(), grads):
+        np.testing.assert_allclose(after[key], before[key] - grad, rtol=1e-6, atol=1e-6)
+    for key in set(before) - set(keys.tolist()):
+        np.testing.assert_array_equal(after[key], before[key])
