@@ -56,7 +56,6 @@ int64_t HashTable::Place(int64_t key) {
 void HashTable::Erase(int64_t key) {
   const int64_t r = index_.Erase(key);
   if (r < 0) return;
-  ++row_moves_;
   row_used_[r] = false;
   Unpin(r);
   free_rows_.push_back(r);
@@ -199,58 +198,15 @@ std::string HashTable::RecordsForUpdate(const int64_t* keys, int64_t n, int64_t 
     const std::string problem = FetchFromTier(keys, n, false, run);
     if (!problem.empty()) return problem;
   }
-  const auto take = [&](int64_t i, int64_t r) {
+  ForEachRow(keys, n, run, [&](int64_t i, int64_t r) {
     if (r < 0) {
       records[i] = nullptr;
       return;
     }
     records[i] = RowPtr(r);
     meta_[r].updated = step;  // keys are distinct: no two calls write one row
-  };
-  if (tier_ || last_keys_.empty()) {
-    ForEachRow(keys, n, run, take);
-    return "";
-  }
-  // The rows the last lookup found (checked against their keys if rows moved since); the index
-  // is probed for the others only.
-  std::vector<int64_t> rows(n);
-  LastLookupRows(keys, n, rows.data());
-  const bool unmoved = row_moves_ == last_moves_;
-  run(n, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t ahead = i + kPrefetchDistance < i1 ? rows[i + kPrefetchDistance] : -1;
-      if (ahead >= 0 && ahead < static_cast<int64_t>(meta_.size())) {
-        __builtin_prefetch(&meta_[ahead], 1, 3);
-      }
-      if (unmoved ? rows[i] >= 0 : RowHolds(rows[i], keys[i])) {
-        take(i, rows[i]);
-      } else {
-        rows[i] = -1;
-      }
-    }
   });
-  std::vector<int64_t> others, other_keys;
-  for (int64_t i = 0; i < n; ++i) {
-    if (rows[i] < 0) {
-      others.push_back(i);
-      other_keys.push_back(keys[i]);
-    }
-  }
-  ForEachRow(other_keys.data(), other_keys.size(), run,
-             [&](int64_t j, int64_t r) { take(others[j], r); });
   return "";
-}
-
-void HashTable::LastLookupRows(const int64_t* keys, int64_t n, int64_t* rows) const {
-  // One pass over the lookup's ids: the distinct keys in order of first occurrence each meet
-  // their first occurrence in turn. Branch-free: rows[i] takes every id's row until one matches.
-  const int64_t ids = last_keys_.size();
-  int64_t i = 0;
-  for (int64_t k = 0; k < ids && i < n; ++k) {
-    rows[i] = last_rows_[k];
-    i += last_keys_[k] == keys[i];
-  }
-  std::fill(rows + i, rows + n, -1);
 }
 
 std::string HashTable::Assign(const int64_t* keys, int64_t n, const float* rows, bool with_slots,
@@ -357,7 +313,6 @@ std::string HashTable::AddSlots(const std::vector<float>& initial_values) {
 }
 
 void HashTable::Clear() {
-  ++row_moves_;
   index_.Clear();
   chunks_.clear();
   meta_.clear();

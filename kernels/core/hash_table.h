@@ -148,8 +148,7 @@ class HashTable {
 
   // For an optimizer step: records[i] = the stored record of keys[i] (see stride()) or null,
   // probed through `run`; the found rows count as updated at optimizer step `step`. Keys must
-  // be distinct. Keys of the last LookupCombine, in order of first occurrence (its gradient's
-  // order), take the rows that lookup found instead of a second probe of the index.
+  // be distinct.
   // With a disk tier, rows on disk are read back first. Returns "" or an error.
   [[nodiscard]] std::string RecordsForUpdate(const int64_t* keys, int64_t n, int64_t step,
                                              float** records, const Runner& run);
@@ -218,10 +217,6 @@ class HashTable {
 
  private:
   static constexpr int64_t kChunkRows = 1024;
-  // Keys from which LookupCombine keeps its rows for the optimizer step. A smaller table's
-  // index and RowMeta (under 768 KiB) stay in a core's cache, where probing them again costs
-  // about what matching the lookup's ids does (~3 ns an id).
-  static constexpr int64_t kKeepLookupRowsFrom = int64_t{1} << 14;
 
   // An entry of the RAM index: key and row, read together by a probe (four to a cache line).
   static constexpr int64_t kIndexEntryBytes = sizeof(RowIndex::Entry);
@@ -246,14 +241,6 @@ class HashTable {
   // written over it, fills it.
   int64_t Place(int64_t key);
   int64_t IndexNewRow(int64_t key);  // indexes a new row of key, contents unset
-  // rows[i] = the row the last LookupCombine found for keys[i] if it still holds that key, else
-  // -1. Matches keys[] in order against that lookup's ids, so keys in order of first occurrence
-  // there all find theirs; others are looked for no further.
-  void LastLookupRows(const int64_t* keys, int64_t n, int64_t* rows) const;
-  // Whether RAM row r holds key now.
-  bool RowHolds(int64_t r, int64_t key) const {
-    return r >= 0 && r < static_cast<int64_t>(meta_.size()) && row_used_[r] && meta_[r].key == key;
-  }
   // Disk tier: the distinct RAM rows of keys[0, n) into *in_ram (in order of first use) and
   // their distinct keys on disk into *on_disk (sorted); RAM is probed through `run`.
   void SplitByTier(const int64_t* keys, int64_t n, const Runner& run, std::vector<int64_t>* in_ram,
@@ -353,14 +340,6 @@ class HashTable {
   // end are not marked); pin_gen_: the vector the last call filled.
   std::vector<bool> pins_[2];
   int pin_gen_ = 0;
-  // The ids of the last LookupCombine (no disk tier, kKeepLookupRowsFrom keys or more; else
-  // empty) and the RAM row each had then (-1: not
-  // stored yet), for the optimizer step that follows it (RecordsForUpdate). row_moves_ counts
-  // the calls that freed or moved rows (Erase, Clear, SwapRows, CompactRows); while it is still
-  // last_moves_, its count when that lookup began, every row there holds its key. Past that,
-  // each row is checked against its key.
-  std::vector<int64_t> last_keys_, last_rows_;
-  int64_t row_moves_ = 0, last_moves_ = -1;
   bool index_warned_ = false;  // config_.warn heard that the disk index passed half the budget
 };
 

@@ -81,17 +81,8 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
   };
   const uint64_t value_bytes = layout.value_words() * sizeof(float);
   const int64_t step = step_;
-  // The ids and their rows, for the optimizer step (RecordsForUpdate), where its probe would
-  // miss the caches. A disk tier may move rows while it makes room, and reads its rows back
-  // there anyway.
-  const int64_t base = row_splits[0];
-  const bool keep_rows = !tier_ && index_.size() >= kKeepLookupRowsFrom;
-  last_moves_ = row_moves_;
-  last_keys_.resize(keep_rows ? ids : 0);
-  last_rows_.resize(keep_rows ? ids : 0);
   run(batch, [&](int64_t b0, int64_t b1) {
     const uint64_t first = row_splits[b0], end = row_splits[b1];
-    if (keep_rows) std::copy(keys + first, keys + end, last_keys_.data() + (first - base));
     uint64_t hashes[kSlotAhead];
     int64_t rows[kRowAhead];
     const auto hash_ahead = [&](uint64_t k) {
@@ -113,7 +104,6 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
     std::vector<float> acc(dim);
     const auto row_of = [&](uint64_t k) -> const float* {
       const int64_t r = rows[k % kRowAhead];  // read before probe_ahead reuses the entry
-      if (keep_rows) last_rows_[k - base] = r;
       if (k + kSlotAhead < end) hash_ahead(k + kSlotAhead);
       if (k + kRowAhead < end) probe_ahead(k + kRowAhead);
       if (r < 0) {
@@ -166,7 +156,6 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
     std::vector<float> acc(dim), init(kCombineGroup * stride);
     const auto row_of = [&](int64_t k) -> const float* {
       const int64_t r = FindRow(keys[k]);
-      if (keep_rows) last_rows_[k - base] = r;
       if (r >= 0) return RowPtr(r);
       // Not admitted: nothing stored; the record it would get (a float32 table: its value).
       float* record = init.data() + (k % kCombineGroup) * stride;

@@ -60,7 +60,6 @@ std::string HashTable::SwapRows(HashTable* staged) {
   std::swap(free_rows_, staged->free_rows_);
   for (HashTable* table : {this, staged}) {  // marks of rows that moved away
     for (std::vector<bool>& pins : table->pins_) pins.clear();
-    ++table->row_moves_;
   }
   std::swap(pending_, staged->pending_);
   std::swap(step_, staged->step_);

@@ -191,7 +191,6 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
 }
 
 void HashTable::CompactRows() {
-  ++row_moves_;
   const int64_t keep_rows = (index_.size() + kChunkRows - 1) / kChunkRows * kChunkRows;
   // Rows past keep_rows move into the free rows below it, their index slots following them.
   std::vector<int64_t> holes;

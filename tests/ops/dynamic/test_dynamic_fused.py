@@ -171,8 +171,8 @@ def test_hotness_and_malformed_splits_are_rejected():
     assert int(table.size()) == 0
 
 
-# Keys from which a table keeps its lookup's rows for the optimizer step
-# (HashTable::kKeepLookupRowsFrom): the tests below store more, so that the step takes them.
+# More keys than a small table's index holds in cache: an optimizer step that took its rows
+# from its lookup rather than the index would do so from about this size.
 MANY_KEYS = 2**14 + 1000
 
 
@@ -186,9 +186,8 @@ def lookup_gradient(table, ids):
 
 
 def test_an_update_after_its_rows_went_to_other_keys_leaves_those_rows_alone():
-    # The optimizer step takes the rows its lookup found rather than probing again; here the
-    # table's rows were replaced between the two (as a checkpoint load does), other keys in the
-    # same row numbers.
+    # The table's rows are replaced between the lookup and the optimizer step (as a checkpoint
+    # load does), other keys in the same row numbers: the step must find that its keys are gone.
     dim = 3
     table = sok.DynamicVariable(dim, initializer=keras.initializers.RandomNormal(seed=4))
     lookup_gradient(table, np.arange(-MANY_KEYS, 0, dtype=np.int64))
@@ -213,7 +212,7 @@ def test_an_update_of_keys_in_any_order_changes_each_keys_own_row(rows_freed):
     lookup_gradient(table, np.arange(-MANY_KEYS, 0, dtype=np.int64))
     ids = ((rng.zipf(1.2, 20_000) - 1) % 4000).astype(np.int64)
     distinct = lookup_gradient(table, ids).indices.numpy()  # first seen first
-    if rows_freed:  # since the lookup: the step checks each row against its key
+    if rows_freed:  # rows freed between the lookup and the step
         assert int(table.evict(steps_unseen=1)) == MANY_KEYS
     before = rows_by_key(table)
     # The lookup's order for a while, then the rest shuffled, and a key never stored.
