@@ -10,7 +10,10 @@ batches of 163,840 ids each, --rounds times: wall time per step, CPU time per st
 whole process (every thread, the prefetch's included) and the RAM tier's hit rate over the
 timed steps. With --prefetch-serial: tiered_bench's raw step instead, sok.prefetch called
 after each step and timed apart from it (what the prefetch costs against the read-backs it
-replaces).
+replaces). With --prefetch-beside: whether a prefetch reading from the disk holds up the step
+beside it: the raw step on a batch whose rows are all in RAM, alone and with sok.prefetch of a
+fresh batch running in another thread, the tier file's pages dropped from the page cache
+before each, so that the prefetch's reads go to the disk.
 """
 
 import os
@@ -18,6 +21,7 @@ import pathlib
 import resource
 import shutil
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -38,6 +42,12 @@ def add_arguments(parser) -> None:
         action="store_true",
         help="prefetch: instead, tiered_bench's raw step (no Keras) with sok.prefetch called "
         "after each step, timed apart from it, at the first budget",
+    )
+    parser.add_argument(
+        "--prefetch-beside",
+        action="store_true",
+        help="prefetch: instead, the raw step on rows in RAM alone and beside a prefetch whose "
+        "reads go to the disk (page cache dropped), at the first budget",
     )
 
 
@@ -164,15 +174,7 @@ def serial(bench, args, draw, probs) -> dict:
     budget = int(args.keys * args.dim * 3 * 4 / fraction)
     roots = [pathlib.Path(tempfile.mkdtemp(prefix="tiered_prefetch_", dir=args.dir)) for _ in "ab"]
     try:
-        steps = []
-        for root in roots:
-            table = bench._table(args.dim, sok.storage.Disk(str(root), budget))
-            step, _ = bench._train_step(table, args.dim)
-            order = settled_order(np.random.default_rng(7), probs, args.policy)
-            step(bench._ragged(order[:1]))
-            for start in range(1, args.keys, 60_000):
-                step(bench._ragged(order[start : start + 60_000]))
-            steps.append((table, step))
+        steps = [_filled_table(bench, args, draw, probs, budget, root) for root in roots]
         (_, plain), (ahead, ahead_step) = steps
         ahead_prefetch = tf.function(lambda ids: sok.prefetch(ahead, ids, wait_for_lookup=False))
         rng = np.random.default_rng(1)
@@ -208,13 +210,87 @@ def serial(bench, args, draw, probs) -> dict:
     }
 
 
+def _filled_table(bench, args, draw, probs, budget, root):
+    """A tiered table at `budget` in root holding every key, coldest first, and its raw step."""
+    import sok_lite as sok
+
+    table = bench._table(args.dim, sok.storage.Disk(str(root), budget))
+    step, _ = bench._train_step(table, args.dim)
+    order = settled_order(np.random.default_rng(7), probs, args.policy)
+    chunk = min(60_000, args.sweep_batch)  # new keys a fill step: a batch's worth at most
+    step(bench._ragged(order[:1]))
+    for start in range(1, args.keys, chunk):
+        step(bench._ragged(order[start : start + chunk]))
+    return table, step
+
+
+def beside(bench, args, draw, probs) -> dict:
+    """The raw step on one batch (its rows in RAM after its first step) alone and while a
+    thread runs sok.prefetch of a fresh batch, the tier file's page cache dropped before each,
+    in turn. Returns the mean ms of the step alone, the step beside a prefetch, the prefetch,
+    and the rows a prefetch read back."""
+    import tensorflow as tf
+
+    import sok_lite as sok
+
+    fraction = float(args.prefetch_fractions.split(",")[0])
+    budget = int(args.keys * args.dim * 3 * 4 / fraction)
+    root = pathlib.Path(tempfile.mkdtemp(prefix="tiered_prefetch_", dir=args.dir))
+    try:
+        table, step = _filled_table(bench, args, draw, probs, budget, root)
+        fetch = tf.function(lambda ids: sok.prefetch(table, ids, wait_for_lookup=False))
+        rng = np.random.default_rng(1)
+        hot = bench._ragged(draw(rng, args.sweep_batch))
+        count = args.rounds * args.prefetch_steps
+        fresh = [bench._ragged(draw(rng, args.sweep_batch)) for _ in range(count + 1)]
+        step(hot)
+        step(hot)  # every row of the batch in RAM from now on
+        fetch(fresh[-1])
+        alone, with_fetch, fetched, read = [], [], [], []
+
+        def prefetch(ids):
+            t0 = time.perf_counter()
+            read.append(int(fetch(ids)))
+            fetched.append(time.perf_counter() - t0)
+
+        for i in range(count):
+            bench._drop_page_cache(root)
+            t0 = time.perf_counter()
+            step(hot)
+            alone.append(time.perf_counter() - t0)
+            bench._drop_page_cache(root)
+            thread = threading.Thread(target=prefetch, args=(fresh[i],))
+            t0 = time.perf_counter()
+            thread.start()
+            step(hot)
+            with_fetch.append(time.perf_counter() - t0)
+            thread.join()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    alone_ms, beside_ms, prefetch_ms = (np.median(v) * 1e3 for v in (alone, with_fetch, fetched))
+    rows = float(np.mean(read))
+    print(
+        f"  beside, 1/{fraction:g} budget: a step alone {alone_ms:.1f} ms, beside a prefetch "
+        f"{beside_ms:.1f} ms; the prefetch {prefetch_ms:.1f} ms for {rows:,.0f} rows from the "
+        "disk (medians)",
+        flush=True,
+    )
+    return {
+        "fraction": 1 / fraction,
+        "alone_ms": alone_ms,
+        "beside_ms": beside_ms,
+        "prefetch_ms": prefetch_ms,
+        "rows_read": rows,
+    }
+
+
 def run(bench, args) -> dict:
     """Every budget of args.prefetch_fractions; writes args.json (default
     benchmarks/results/tiered_prefetch.json)."""
     draw, probs = zipf_sampler(args.keys, args.prefetch_exponent)
     rng = np.random.default_rng(0)
     batch_keys = int(np.mean([len(np.unique(draw(rng, args.sweep_batch))) for _ in range(4)]))
-    kind = "raw step" if args.prefetch_serial else "model.fit"
+    kind = "raw step" if args.prefetch_serial or args.prefetch_beside else "model.fit"
     print(
         f"prefetch: {kind}, {args.keys:,} keys, d = {args.dim}, Adam, {args.sweep_batch:,} "
         f"Zipf({args.prefetch_exponent:g}) ids a step (~{batch_keys:,} distinct), evict_policy "
@@ -224,7 +300,9 @@ def run(bench, args) -> dict:
     )
     started = time.perf_counter()
     load = [os.getloadavg()[0]]
-    if args.prefetch_serial:
+    if args.prefetch_beside:
+        points = [beside(bench, args, draw, probs)]
+    elif args.prefetch_serial:
         points = [serial(bench, args, draw, probs)]
     else:
         ram = _model(args.dim, None, args.policy)
@@ -234,7 +312,9 @@ def run(bench, args) -> dict:
             for f in args.prefetch_fractions.split(",")
         ]
     load.append(os.getloadavg()[0])
-    name = "tiered_prefetch_serial" if args.prefetch_serial else "tiered_prefetch"
+    name = "tiered_prefetch"
+    if args.prefetch_beside or args.prefetch_serial:
+        name += "_beside" if args.prefetch_beside else "_serial"
     return record(
         name, args, started, load, points, exponent=args.prefetch_exponent, policy=args.policy
     )

@@ -131,6 +131,21 @@ class HashTable {
   // nothing. Returns "" or an error of the disk tier (then nothing moved).
   [[nodiscard]] std::string Prefetch(const int64_t* keys, int64_t n, const Runner& run,
                                      int64_t* read);
+  // Prefetch in three calls, so that the file is read without the caller's lock: BeginPrefetch
+  // and FinishPrefetch under it, ReadPrefetch without it (it touches nothing of the table, so a
+  // lookup or an optimizer step may run meanwhile). Rows that the table read back, moved or
+  // removed in between are not taken: their lookup fetches them. Prefetch is the three in turn.
+  struct PrefetchPlan {
+    std::vector<int64_t> on_disk;  // the batch's distinct keys not in RAM at the plan, to read
+    std::vector<int64_t> in_ram;   // its distinct keys in RAM at the plan
+    RowTierFile::PlannedRead read;
+  };
+  [[nodiscard]] std::string BeginPrefetch(const int64_t* keys, int64_t n, const Runner& run,
+                                          PrefetchPlan* plan) const;
+  static void ReadPrefetch(PrefetchPlan* plan, const Runner& run) {
+    RowTierFile::ReadPlanned(&plan->read, run);
+  }
+  [[nodiscard]] std::string FinishPrefetch(PrefetchPlan* plan, const Runner& run, int64_t* read);
 
   // One lookup step fused with lookup_sparse's combine, on ids that are not deduplicated:
   // sample b's keys are keys[row_splits[b], row_splits[b + 1]), and out[b, :dim] gets their
@@ -267,8 +282,21 @@ class HashTable {
                                      const std::vector<int64_t>& keep, bool mark_seen,
                                      bool spare_seen, const Runner& run,
                                      std::vector<int64_t>* absent);
+  // Moves the rows read from disk (keys[j], from record slots[j]; -1: not on disk, skipped)
+  // into RAM, making room for `found` rows first (keep, spare_seen: see Spill); copy_in(j, meta,
+  // row) writes row j's bookkeeping and stride() floats; mark_seen: they count as seen in this
+  // lookup step.
+  template <typename CopyIn>
+  [[nodiscard]] std::string PlaceReadBack(const std::vector<int64_t>& keys,
+                                          const std::vector<int64_t>& slots, int64_t found,
+                                          const std::vector<int64_t>& keep, bool mark_seen,
+                                          bool spare_seen, const Runner& run, CopyIn copy_in);
   // The RAM rows the budget allows now (the disk index takes its share).
   int64_t RamRowLimit() const;
+  // Disk tier: how many rows a prefetch may read back beside the RAM rows `keep`: as many as
+  // fit beside the rows that may go before any wanted row (not seen in this step, not wanted by
+  // the last prefetch, not in keep).
+  int64_t PrefetchRoom(const std::vector<int64_t>& keep) const;
   // Calls fn(row, pinned) for each RAM row Spill may take (keep, spare_seen: see Spill);
   // pinned: a Prefetch marked it as wanted.
   template <typename F>

@@ -259,35 +259,109 @@ std::string HashTable::FetchFromTier(const int64_t* keys, int64_t n, bool spare_
   return ReadBack(on_disk, keep, false, spare_seen, run, nullptr);
 }
 
-std::string HashTable::Prefetch(const int64_t* keys, int64_t n, const Runner& run, int64_t* read) {
-  *read = 0;
-  if (!tier_) return "";
-  // The batch's rows in RAM stay, the rows of its keys on disk come back.
-  std::vector<int64_t> keep, on_disk;
-  SplitByTier(keys, n, run, &keep, &on_disk);
-  // No more than fit beside the rows that may go, those a spill takes before any wanted row:
-  // not seen in this step (the current batch's, which its update needs), not wanted by the
-  // last prefetch, not this batch's.
+template <typename CopyIn>
+std::string HashTable::PlaceReadBack(const std::vector<int64_t>& keys,
+                                     const std::vector<int64_t>& slots, int64_t found,
+                                     const std::vector<int64_t>& keep, bool mark_seen,
+                                     bool spare_seen, const Runner& run, CopyIn copy_in) {
+  tier_->TrackMoves(true);  // making room may clean segments, moving records that were read
+  const std::string problem = MakeRoom(found, run, keep, spare_seen);
+  if (!problem.empty()) {
+    tier_->TrackMoves(false);
+    return problem;
+  }
+  const int64_t m = keys.size();
+  constexpr int64_t ahead = kPrefetchDistance;
+  for (int64_t j = 0; j < m; ++j) {
+    if (j + ahead < m && slots[j + ahead] >= 0) tier_->PrefetchIndex(keys[j + ahead]);
+    if (slots[j] < 0) continue;
+    const int64_t r = IndexNewRow(keys[j]);
+    copy_in(j, &meta_[r], RowPtr(r));
+    tier_->Erase(keys[j], slots[j]);
+    if (mark_seen) MarkSeen(r);
+  }
+  tier_->TrackMoves(false);
+  return "";
+}
+
+int64_t HashTable::PrefetchRoom(const std::vector<int64_t>& keep) const {
   int64_t movable = 0;
   ForEachSpillable(keep, true, [&movable](int64_t, bool is_pinned) { movable += !is_pinned; });
   const int64_t stay = index_.size() - movable;
-  const int64_t fits = std::max<int64_t>(RamRowLimit() - stay, 0);
-  if (static_cast<int64_t>(on_disk.size()) > fits) on_disk.resize(fits);
-  std::vector<int64_t> wanted = on_disk;  // keys to mark once they are in RAM
-  for (int64_t r : keep) wanted.push_back(meta_[r].key);
-  std::vector<int64_t> absent;
-  const std::string problem = ReadBack(on_disk, keep, false, true, run, &absent);
+  return std::max<int64_t>(RamRowLimit() - stay, 0);
+}
+
+std::string HashTable::Prefetch(const int64_t* keys, int64_t n, const Runner& run, int64_t* read) {
+  *read = 0;
+  PrefetchPlan plan;
+  const std::string problem = BeginPrefetch(keys, n, run, &plan);
   if (!problem.empty()) return problem;
+  ReadPrefetch(&plan, run);
+  return FinishPrefetch(&plan, run, read);
+}
+
+std::string HashTable::BeginPrefetch(const int64_t* keys, int64_t n, const Runner& run,
+                                     PrefetchPlan* plan) const {
+  if (!tier_) return "";
+  // The batch's rows in RAM stay, the rows of its keys on disk come back: no more than fit now
+  // (FinishPrefetch checks again).
+  std::vector<int64_t> keep;
+  SplitByTier(keys, n, run, &keep, &plan->on_disk);
+  const int64_t fits = PrefetchRoom(keep);
+  if (static_cast<int64_t>(plan->on_disk.size()) > fits) plan->on_disk.resize(fits);
+  plan->in_ram.reserve(keep.size());
+  for (int64_t r : keep) plan->in_ram.push_back(meta_[r].key);
+  return tier_->PlanRead(plan->on_disk.size(), plan->on_disk.data(), &plan->read);
+}
+
+std::string HashTable::FinishPrefetch(PrefetchPlan* plan, const Runner& run, int64_t* read) {
+  *read = 0;
+  if (!tier_) return "";
+  // What the plan read and is still on disk as read; the rest stays where it is now.
+  const int64_t m = plan->on_disk.size();
+  std::vector<const char*> records(m);
+  std::vector<int64_t> slots(m);
+  std::string problem =
+      tier_->TakePlanned(plan->read, m, plan->on_disk.data(), records.data(), slots.data());
+  if (!problem.empty()) return problem;
+  // The batch's rows in RAM now (rows may have moved or gone to disk since the plan).
+  std::vector<int64_t> keep, now(plan->in_ram.size());
+  ForEachRow(plan->in_ram.data(), plan->in_ram.size(), run,
+             [&](int64_t i, int64_t r) { now[i] = r; });
+  for (int64_t r : now) {
+    if (r >= 0) keep.push_back(r);
+  }
+  int64_t found = 0;
+  const int64_t fits = PrefetchRoom(keep);
+  std::vector<int64_t> taken;  // keys moved to RAM
+  for (int64_t j = 0; j < m; ++j) {
+    if (slots[j] >= 0 && found == fits) slots[j] = -1;
+    if (slots[j] < 0) continue;
+    ++found;
+    taken.push_back(plan->on_disk[j]);
+  }
+  if (found > 0) {
+    const int64_t row_bytes = stride() * sizeof(float);
+    problem = PlaceReadBack(plan->on_disk, slots, found, keep, false, true, run,
+                            [&](int64_t j, RowMeta* meta, float* row) {
+                              std::memcpy(meta, records[j], sizeof(RowMeta));
+                              std::memcpy(row, records[j] + RowTierFile::kHeaderBytes, row_bytes);
+                            });
+    if (!problem.empty()) return problem;
+  }
   // A new generation of marks replaces the one before last: that batch has been looked up.
   pin_gen_ ^= 1;
   std::vector<bool>& pins = pins_[pin_gen_];
   pins.assign(meta_.size(), false);
-  std::vector<int64_t> now(wanted.size());  // rows may have moved (making room compacts)
+  std::vector<int64_t> wanted = std::move(taken);
+  const int64_t moved = wanted.size();
+  wanted.insert(wanted.end(), plan->in_ram.begin(), plan->in_ram.end());
+  now.resize(wanted.size());  // rows may have moved (making room compacts)
   ForEachRow(wanted.data(), wanted.size(), run, [&](int64_t i, int64_t r) { now[i] = r; });
   for (int64_t r : now) {
     if (r >= 0) pins[r] = true;
   }
-  *read = on_disk.size() - absent.size();
+  *read = moved;
   return "";
 }
 
@@ -347,25 +421,13 @@ std::string HashTable::ReadBack(const std::vector<int64_t>& on_disk,
       absent->push_back(on_disk[j]);
     }
   }
-  tier_->TrackMoves(true);  // making room may clean segments, moving records that were read
-  problem = MakeRoom(found, run, keep, spare_seen);
-  if (!problem.empty()) {
-    tier_->TrackMoves(false);
-    if (absent) absent->clear();
-    return problem;
-  }
-  constexpr int64_t ahead = kPrefetchDistance;
-  for (int64_t j = 0; j < m; ++j) {
-    if (j + ahead < m && slots[j + ahead] >= 0) tier_->PrefetchIndex(on_disk[j + ahead]);
-    if (slots[j] < 0) continue;
-    const int64_t r = IndexNewRow(on_disk[j]);
-    meta_[r] = metas[j];
-    std::memcpy(RowPtr(r), read.get() + j * stride(), stride() * sizeof(float));
-    tier_->Erase(on_disk[j], slots[j]);
-    if (mark_seen) MarkSeen(r);
-  }
-  tier_->TrackMoves(false);
-  return "";
+  problem = PlaceReadBack(on_disk, slots, found, keep, mark_seen, spare_seen, run,
+                          [&](int64_t j, RowMeta* meta, float* row) {
+                            *meta = metas[j];
+                            std::memcpy(row, read.get() + j * stride(), stride() * sizeof(float));
+                          });
+  if (!problem.empty() && absent) absent->clear();
+  return problem;
 }
 
 std::string HashTable::ExportRange(int64_t since_step, int64_t cursor, int64_t limit,

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -15,13 +16,18 @@
 namespace sok_lite {
 namespace {
 
-// Record: key and bookkeeping (RowMeta), a checksum, then the row's floats, padded to 8 bytes.
-constexpr int64_t kHeaderBytes = sizeof(RowMeta) + sizeof(uint64_t);
 // Adjacent records are read or written by one call of at most this many bytes.
 constexpr int64_t kMaxRunBytes = int64_t{4} << 20;
 
 [[nodiscard]] std::string Errno(const std::string& what) {
   return what + ": " + std::strerror(errno);
+}
+
+// Values no file, contents or segment opening had before (RowTierFile::epoch_ and
+// segment_generation_): a read planned against one can tell that it is gone.
+uint64_t NextGeneration() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
 // mkdir -p: every missing component of dir.
@@ -55,7 +61,8 @@ RowTierFile::RowTierFile(std::string path, int fd, int64_t stride, int64_t segme
       // At most 8,192 records: narrow rows need no longer writes, and the budget charges the
       // slots of a few segments whatever the table's size.
       segment_records_(std::clamp<int64_t>(segment_bytes / record_bytes_, 1, 8192)),
-      label_(std::move(label)) {}
+      label_(std::move(label)),
+      epoch_(NextGeneration()) {}
 
 RowTierFile::~RowTierFile() {
   if (fd_ >= 0) close(fd_);
@@ -90,6 +97,8 @@ void RowTierFile::MoveFrom(RowTierFile* other) {
   index_ = std::move(other->index_);
   used_ = std::move(other->used_);
   segment_live_ = std::move(other->segment_live_);
+  segment_generation_ = std::move(other->segment_generation_);
+  epoch_ = NextGeneration();
   empty_segments_ = std::move(other->empty_segments_);
   num_segments_ = other->num_segments_;
   open_segment_ = other->open_segment_;
@@ -99,15 +108,16 @@ void RowTierFile::MoveFrom(RowTierFile* other) {
 
 int64_t RowTierFile::IndexBytes() const {
   return index_.AllocatedBytes() + used_.capacity() * sizeof(uint64_t) +
-         (segment_live_.capacity() + empty_segments_.capacity()) * sizeof(uint32_t);
+         (segment_live_.capacity() + empty_segments_.capacity()) * sizeof(uint32_t) +
+         segment_generation_.capacity() * sizeof(uint64_t);
 }
 
 int64_t RowTierFile::IndexBytesFor(int64_t rows) const {
   // At most twice the live records plus the open segment and one being cleaned (see Clean).
   const int64_t slots = 2 * rows + 3 * segment_records_;
   const int64_t segments = slots / segment_records_ + 1;
-  const int64_t bound =
-      index_.BytesFor(rows) + slots / 8 + 2 * segments * static_cast<int64_t>(sizeof(uint32_t));
+  const int64_t per_segment = 2 * sizeof(uint32_t) + sizeof(uint64_t);
+  const int64_t bound = index_.BytesFor(rows) + slots / 8 + segments * per_segment;
   return std::max(bound, IndexBytes());
 }
 
@@ -232,17 +242,14 @@ std::string RowTierFile::WriteRecords(const std::vector<std::pair<int64_t, const
   return problem;
 }
 
-std::string RowTierFile::ReadSpan(int64_t first, int64_t last, std::vector<char>* buf) const {
-  buf->resize((last - first + 1) * record_bytes_);
-  char* p = buf->data();
-  int64_t left = buf->size();
-  off_t offset = first * record_bytes_;
+std::string RowTierFile::ReadBytes(int fd, char* p, int64_t left, int64_t offset,
+                                   const std::string& path, const std::string& prefix) {
   while (left > 0) {
-    const ssize_t r = pread(fd_, p, left, offset);
+    const ssize_t r = pread(fd, p, left, offset);
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return Prefix() + "disk tier: " + Errno("cannot read '" + path_ + "'");
+    if (r < 0) return prefix + "disk tier: " + Errno("cannot read '" + path + "'");
     if (r == 0) {
-      return Prefix() + "disk tier file '" + path_ +
+      return prefix + "disk tier file '" + path +
              "' is shorter than its index: it was changed under the table";
     }
     p += r;
@@ -250,6 +257,11 @@ std::string RowTierFile::ReadSpan(int64_t first, int64_t last, std::vector<char>
     offset += r;
   }
   return "";
+}
+
+std::string RowTierFile::ReadSpan(int64_t first, int64_t last, std::vector<char>* buf) const {
+  buf->resize((last - first + 1) * record_bytes_);
+  return ReadBytes(fd_, buf->data(), buf->size(), first * record_bytes_, path_, Prefix());
 }
 
 std::string RowTierFile::Verify(const char* record, int64_t slot, const int64_t* key) const {
@@ -319,8 +331,10 @@ std::string RowTierFile::Append(int64_t n, const char* records, const int64_t* k
       } else {
         open_segment_ = num_segments_++;
         segment_live_.push_back(0);
+        segment_generation_.push_back(0);
         used_.resize((num_segments_ * segment_records_ + 63) / 64, 0);
       }
+      segment_generation_[open_segment_] = NextGeneration();
       open_fill_ = 0;
     }
     const int64_t slot = open_segment_ * segment_records_ + open_fill_++;
@@ -403,21 +417,46 @@ std::string RowTierFile::Write(int64_t n, const RowMeta* metas, const float* con
   return Append(n, records.get(), keys.data(), nullptr, run);
 }
 
-std::string RowTierFile::Read(int64_t n, const int64_t* keys, RowMeta* metas, float* rows,
-                              int64_t* slots, const ParallelRunner& run) const {
-  std::vector<std::pair<int64_t, int64_t>> order;  // (slot, i): every candidate record of key i
+std::vector<std::pair<int64_t, int64_t>> RowTierFile::CandidateSlots(int64_t n,
+                                                                     const int64_t* keys) const {
+  std::vector<std::pair<int64_t, int64_t>> order;
   order.reserve(n);
   std::vector<uint32_t> candidates;
   constexpr int64_t ahead = kPrefetchDistance;
   for (int64_t i = 0; i < std::min(n, ahead); ++i) index_.Prefetch(keys[i]);
   for (int64_t i = 0; i < n; ++i) {
     if (i + ahead < n) index_.Prefetch(keys[i + ahead]);
-    slots[i] = -1;
     candidates.clear();
     index_.Candidates(keys[i], &candidates);
     for (uint32_t slot : candidates) order.emplace_back(slot, i);
   }
   std::sort(order.begin(), order.end());
+  return order;
+}
+
+std::string RowTierFile::CheckRecord(const char* rec, int64_t slot, int64_t key,
+                                     bool* holds) const {
+  int64_t stored_key;
+  std::memcpy(&stored_key, rec, sizeof(stored_key));
+  *holds = stored_key == key;  // else another key's record, one that shares key's identity
+  return Verify(rec, slot, &key);
+}
+
+std::string RowTierFile::TakeRecord(const char* rec, int64_t slot, int64_t i, const int64_t* keys,
+                                    RowMeta* metas, float* rows, int64_t* slots) const {
+  bool holds = false;
+  const std::string problem = CheckRecord(rec, slot, keys[i], &holds);
+  if (!problem.empty() || !holds) return problem;
+  std::memcpy(&metas[i], rec, sizeof(RowMeta));
+  std::memcpy(rows + i * stride_, rec + kHeaderBytes, stride_ * sizeof(float));
+  slots[i] = slot;  // one record holds the key: one writer per i
+  return "";
+}
+
+std::string RowTierFile::Read(int64_t n, const int64_t* keys, RowMeta* metas, float* rows,
+                              int64_t* slots, const ParallelRunner& run) const {
+  std::fill(slots, slots + n, -1);
+  const std::vector<std::pair<int64_t, int64_t>> order = CandidateSlots(n, keys);
   const auto spans = AdjacentSpans(order, record_bytes_);
   FirstError error;
   run(spans.size(), [&](int64_t s0, int64_t s1) {
@@ -426,16 +465,8 @@ std::string RowTierFile::Read(int64_t n, const int64_t* keys, RowMeta* metas, fl
       const auto [i, j] = spans[s];
       std::string problem = ReadSpan(order[i].first, order[j - 1].first, &buf);
       for (size_t k = i; k < j && problem.empty(); ++k) {
-        const char* rec = buf.data() + (k - i) * record_bytes_;
-        const int64_t idx = order[k].second;
-        problem = Verify(rec, order[k].first, &keys[idx]);
-        int64_t stored_key;
-        std::memcpy(&stored_key, rec, sizeof(stored_key));
-        // Another key's record (one that shares the key's identity): not this key's.
-        if (!problem.empty() || stored_key != keys[idx]) continue;
-        std::memcpy(&metas[idx], rec, sizeof(RowMeta));
-        std::memcpy(rows + idx * stride_, rec + kHeaderBytes, stride_ * sizeof(float));
-        slots[idx] = order[k].first;  // one record holds the key: one writer per idx
+        problem = TakeRecord(buf.data() + (k - i) * record_bytes_, order[k].first, order[k].second,
+                             keys, metas, rows, slots);
       }
       if (!problem.empty()) {
         error.Set(s, problem);
@@ -444,6 +475,72 @@ std::string RowTierFile::Read(int64_t n, const int64_t* keys, RowMeta* metas, fl
     }
   });
   return error.Get();
+}
+
+RowTierFile::PlannedRead::~PlannedRead() {
+  if (fd >= 0) close(fd);
+}
+
+std::string RowTierFile::PlanRead(int64_t n, const int64_t* keys, PlannedRead* plan) const {
+  plan->order = CandidateSlots(n, keys);
+  plan->generations.resize(plan->order.size());
+  for (size_t k = 0; k < plan->order.size(); ++k) {
+    plan->generations[k] = segment_generation_[plan->order[k].first / segment_records_];
+  }
+  plan->epoch = epoch_;
+  plan->record_bytes = record_bytes_;
+  plan->path = path_;
+  plan->prefix = Prefix();
+  if (plan->fd >= 0) close(plan->fd);
+  plan->fd = plan->order.empty() ? -1 : fcntl(fd_, F_DUPFD_CLOEXEC, 0);
+  if (!plan->order.empty() && plan->fd < 0) {
+    return Prefix() + "disk tier: " + Errno("cannot duplicate the descriptor of '" + path_ + "'");
+  }
+  return "";
+}
+
+void RowTierFile::ReadPlanned(PlannedRead* plan, const ParallelRunner& run) {
+  const int64_t bytes = plan->record_bytes;
+  plan->records.reset(new char[plan->order.size() * bytes]);
+  const auto spans = AdjacentSpans(plan->order, bytes);
+  FirstError error;
+  run(spans.size(), [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      const auto [i, j] = spans[s];
+      const std::string problem =
+          ReadBytes(plan->fd, plan->records.get() + i * bytes, (j - i) * bytes,
+                    plan->order[i].first * bytes, plan->path, plan->prefix);
+      if (!problem.empty()) {
+        error.Set(s, problem);
+        return;
+      }
+    }
+  });
+  plan->problem = error.Get();
+}
+
+std::string RowTierFile::TakePlanned(const PlannedRead& plan, int64_t n, const int64_t* keys,
+                                     const char** records, int64_t* slots) const {
+  std::fill(slots, slots + n, -1);
+  if (plan.epoch != epoch_) return "";  // cleared or replaced since: every record is gone
+  if (!plan.problem.empty()) return plan.problem;
+  for (size_t k = 0; k < plan.order.size(); ++k) {
+    const auto [slot, i] = plan.order[k];
+    // A record removed since (read back, moved by cleaning, evicted) may have been rewritten
+    // since its segment was opened again; a live one in a segment not opened again is as read.
+    if (!Used(slot) || segment_generation_[slot / segment_records_] != plan.generations[k]) {
+      continue;
+    }
+    const char* rec = plan.records.get() + k * record_bytes_;
+    bool holds = false;
+    const std::string problem = CheckRecord(rec, slot, keys[i], &holds);
+    if (!problem.empty()) return problem;
+    if (holds) {
+      records[i] = rec;
+      slots[i] = slot;
+    }
+  }
+  return "";
 }
 
 std::string RowTierFile::Scan(int64_t start, const std::function<bool(int64_t, const char*)>& fn,
@@ -538,11 +635,13 @@ void RowTierFile::Clear() {
   index_.Clear();
   used_.clear();
   segment_live_.clear();
+  segment_generation_.clear();
   empty_segments_.clear();
   num_segments_ = 0;
   open_segment_ = -1;
   open_fill_ = 0;
   file_bytes_ = 0;
+  epoch_ = NextGeneration();
   if (ftruncate(fd_, 0) != 0) {
     // Stale bytes past slot 0 are never read: slots are written before they are indexed.
   }

@@ -45,6 +45,9 @@ struct RowMeta {
 class RowTierFile {
  public:
   static constexpr int64_t kDefaultSegmentBytes = int64_t{1} << 20;
+  // A record: key and bookkeeping (RowMeta), a checksum, then the row's floats, padded to 8
+  // bytes.
+  static constexpr int64_t kHeaderBytes = sizeof(RowMeta) + sizeof(uint64_t);
   // Opens (creating or truncating) <dir>/rows.bin, creating dir if needed, for records of
   // `stride` floats in segments of about segment_bytes. `label` names the table in errors
   // (empty: the caller does). Returns "" or an error.
@@ -84,6 +87,40 @@ class RowTierFile {
   // under the table). The rows stay on disk until Erase.
   [[nodiscard]] std::string Read(int64_t n, const int64_t* keys, RowMeta* metas, float* rows,
                                  int64_t* slots, const ParallelRunner& run) const;
+
+  // A read of records planned under the caller's lock and done without it (HashTable's
+  // prefetch), so that the file's reads do not hold the table while a step runs beside them.
+  // The plan owns a duplicate of the file's descriptor: the read stays safe whatever the table
+  // does to its file meanwhile, and TakePlanned keeps only records nothing rewrote or removed
+  // since the plan.
+  struct PlannedRead {
+    PlannedRead() = default;
+    PlannedRead(const PlannedRead&) = delete;
+    PlannedRead& operator=(const PlannedRead&) = delete;
+    ~PlannedRead();
+    int fd = -1;
+    uint64_t epoch = 0;  // the file's contents at the plan (see epoch_)
+    int64_t record_bytes = 0;
+    std::string path, prefix;                        // for ReadPlanned's errors
+    std::vector<std::pair<int64_t, int64_t>> order;  // (slot, i) sorted: every candidate of key i
+    std::vector<uint64_t> generations;               // per order entry: its segment's at the plan
+    std::unique_ptr<char[]> records;                 // order.size() records, by ReadPlanned
+    std::string problem;                             // ReadPlanned's error, if any
+  };
+  // Plans the read of the records of n distinct keys (as Read would find them). Returns "" or
+  // an error (no descriptor left to duplicate).
+  [[nodiscard]] std::string PlanRead(int64_t n, const int64_t* keys, PlannedRead* plan) const;
+  // Reads a plan's records, spans through `run`; touches nothing of the file object, so it needs
+  // no lock. An error goes to plan->problem.
+  static void ReadPlanned(PlannedRead* plan, const ParallelRunner& run);
+  // Read's result for a plan's n keys, left in the plan's records: records[i] = key i's record
+  // (its RowMeta, then its row from kHeaderBytes on) and slots[i] its slot, for the keys whose
+  // record is still live in a segment not rewritten since the plan (slots[i] = -1 for the
+  // others, and for every key when the file was cleared or replaced since). A kept record that
+  // fails its checksum is an error, as in Read; so is plan->problem, unless the file changed
+  // since.
+  [[nodiscard]] std::string TakePlanned(const PlannedRead& plan, int64_t n, const int64_t* keys,
+                                        const char** records, int64_t* slots) const;
 
   // Brings the disk index's entry for key into the cache ahead of an Erase of it.
   void PrefetchIndex(int64_t key) const { index_.Prefetch(key); }
@@ -126,8 +163,22 @@ class RowTierFile {
   // through `run`.
   [[nodiscard]] std::string WriteRecords(const std::vector<std::pair<int64_t, const char*>>& at,
                                          const ParallelRunner& run);
+  // Reads `left` bytes at `offset` of fd into p (an error names path, after prefix).
+  [[nodiscard]] static std::string ReadBytes(int fd, char* p, int64_t left, int64_t offset,
+                                             const std::string& path, const std::string& prefix);
   // Reads the bytes of slots [first, last] in one pread into *buf.
   [[nodiscard]] std::string ReadSpan(int64_t first, int64_t last, std::vector<char>* buf) const;
+  // (slot, i) for every record slot that may hold keys[i], i in [0, n), sorted.
+  std::vector<std::pair<int64_t, int64_t>> CandidateSlots(int64_t n, const int64_t* keys) const;
+  // Verify of a record read from `slot` for `key`: "" or the corruption error; *holds: it is
+  // key's record (not that of another key sharing its identity).
+  [[nodiscard]] std::string CheckRecord(const char* rec, int64_t slot, int64_t key,
+                                        bool* holds) const;
+  // Read's handling of the record read from `slot` for keys[i]: verified; when it holds keys[i],
+  // decoded into metas[i] and rows[i * stride] and slots[i] = slot. "" or the corruption error.
+  [[nodiscard]] std::string TakeRecord(const char* rec, int64_t slot, int64_t i,
+                                       const int64_t* keys, RowMeta* metas, float* rows,
+                                       int64_t* slots) const;
   // Checks the record read from `slot`: its checksum, and that it holds *key (the key looked up,
   // if not null) or a key the index places there. "" or the corruption error.
   [[nodiscard]] std::string Verify(const char* record, int64_t slot, const int64_t* key) const;
@@ -162,6 +213,12 @@ class RowTierFile {
   int64_t open_segment_ = -1;  // where appends go; -1: none yet
   int64_t open_fill_ = 0;      // records appended to it
   int64_t file_bytes_ = 0;     // the file's length: the end of the furthest record written
+  // A value no other file or contents had (from one process-wide counter): changes when the
+  // file is cleared or replaced, so that a PlannedRead of the old contents keeps nothing.
+  uint64_t epoch_;
+  // Per segment, the counter's value when it was last opened for appends: a segment's records
+  // are rewritten only after it is opened again.
+  std::vector<uint64_t> segment_generation_;
   bool tracking_moves_ = false;
   std::unordered_map<int64_t, uint32_t> moves_;  // key -> slot cleaning moved it to (TrackMoves)
 };

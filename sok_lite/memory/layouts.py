@@ -148,10 +148,11 @@ def disk_key_index_bytes(rows: int) -> int:
 def tier_index_bytes(rows: int, record_bytes: int) -> int:
     """What a disk tier charges to its table's ram_budget for its index: the size it reaches with
     all `rows` of the table on disk (the key index, a bit per record slot of a file up to twice
-    its rows plus three segments, two ints per segment), as RowTierFile::IndexBytesFor."""
+    its rows plus three segments, two 4-byte counts and an 8-byte generation per segment), as
+    RowTierFile::IndexBytesFor."""
     segment = min(max(TIER_SEGMENT_BYTES // record_bytes, 1), TIER_SEGMENT_MAX_RECORDS)
     slots = 2 * rows + 3 * segment
-    return disk_key_index_bytes(rows) + slots // 8 + 8 * (slots // segment + 1)
+    return disk_key_index_bytes(rows) + slots // 8 + 16 * (slots // segment + 1)
 
 
 def _ram_rows_bytes(ram_rows: int, stride: int) -> int:

@@ -1,8 +1,9 @@
 """benchmarks/tiered_bench.py sweep, prefetch and zipf at a small size: the sweep writes its JSON,
 with the measured hit rate beside the plan's prediction and an infeasible budget recorded with
-the plan's reason; prefetch writes all-RAM, tiered and prefetched figures per budget; zipf
-reports the CPU and bytes a missed id costs (timings at this length mean nothing: only the
-results' shape and hit rates are checked)."""
+the plan's reason; prefetch writes all-RAM, tiered and prefetched figures per budget, and with
+--prefetch-beside the step alone and beside a prefetch reading from the disk; zipf reports the
+CPU and bytes a missed id costs (timings at this length mean nothing: only the results' shape
+and hit rates are checked)."""
 
 import json
 
@@ -44,6 +45,18 @@ def test_tiered_prefetch_writes_three_variants_per_budget(tmp_path):
     assert point["prefetch"]["hit_rate"] > point["tiered"]["hit_rate"], point
     for variant in ("ram", "tiered", "prefetch"):
         assert point[variant]["ms_per_step"] > 0 and point[variant]["cpu_ms_per_step"] > 0
+
+
+def test_tiered_prefetch_beside_times_the_step_with_and_without_a_prefetch(tmp_path):
+    out = tmp_path / "beside.json"
+    args = ["prefetch", "--prefetch-beside", "--keys", "30000", "--sweep-batch", "3000"]
+    args += ["--prefetch-fractions", "4", "--rounds", "1", "--prefetch-steps", "2"]
+    run_benchmark("tiered_bench.py", *args, "--dir", str(tmp_path), "--json", str(out), timeout=600)
+    result = json.loads(out.read_text())
+    assert result["benchmark"] == "tiered_prefetch_beside", result
+    (point,) = result["points"]
+    assert point["fraction"] == 0.25 and point["rows_read"] > 0, point
+    assert min(point["alone_ms"], point["beside_ms"], point["prefetch_ms"]) > 0, point
 
 
 def test_tiered_zipf_reports_cpu_and_bytes_per_miss(tmp_path):

@@ -51,6 +51,9 @@ def load(lib_path) -> ctypes.CDLL:
         "sok_tier_stats": (None, [vp, I64]),
         "sok_tier_export": (i64, [vp, i64, i64, i64, I64, F32, s, i64]),
         "sok_tier_prefetch": (ctypes.c_int, [vp, I64, i64, ctypes.POINTER(i64), s, i64]),
+        "sok_tier_prefetch_begin": (vp, [vp, I64, i64, s, i64]),
+        "sok_tier_prefetch_read": (None, [vp]),
+        "sok_tier_prefetch_finish": (ctypes.c_int, [vp, vp, ctypes.POINTER(i64), s, i64]),
     }
     return bind(lib_path, sigs)
 
@@ -117,6 +120,26 @@ class Table:
         self._check(rc, err)
         return read.value
 
+    def begin_prefetch(self, keys):
+        """The first of prefetch's three calls; returns its plan."""
+        keys = np.ascontiguousarray(keys, np.int64)
+        err = ctypes.create_string_buffer(ERR)
+        plan = self.lib.sok_tier_prefetch_begin(self.h, keys, keys.size, err, ERR)
+        if not plan:
+            raise RuntimeError(err.value.decode())
+        return plan
+
+    def read_prefetch(self, plan):
+        self.lib.sok_tier_prefetch_read(plan)
+
+    def finish_prefetch(self, plan):
+        """The last of the three (frees the plan); returns the rows moved to RAM."""
+        read = ctypes.c_int64()
+        err = ctypes.create_string_buffer(ERR)
+        rc = self.lib.sok_tier_prefetch_finish(self.h, plan, ctypes.byref(read), err, ERR)
+        self._check(rc, err)
+        return read.value
+
     def stats(self):
         out = np.zeros(9, np.int64)
         self.lib.sok_tier_stats(self.h, out)
@@ -170,17 +193,24 @@ def train(tables, rng, steps, combine_every=3, slots_at=2):
             for t in tables:
                 t.add_slots([0.5, -1.0])
         keys = keys_of(rng, step)
-        if step % combine_every == 0:
-            splits = np.array([0, 10, 10, 35, keys.size])
-            outs = [t.lookup_combine(keys, splits) for t in tables]
-        else:
-            outs = [t.lookup(keys) for t in tables]
-        for o in outs[1:]:
-            np.testing.assert_array_equal(o, outs[0])
-        unique = np.unique(keys)
-        grads = rng.standard_normal((unique.size, DIM)).astype(np.float32)
-        for t in tables:
-            t.apply(unique, grads, step)
+        splits = np.array([0, 10, 10, 35, keys.size]) if step % combine_every == 0 else None
+        lookup_and_apply(tables, keys, rng, step, splits)
+
+
+def lookup_and_apply(tables, keys, rng, step, splits=None):
+    """One step of every table on `keys`: lookups that must agree (combined by `splits` if
+    given), then the same update."""
+    if splits is None:
+        outs = [t.lookup(keys) for t in tables]
+    else:
+        outs = [t.lookup_combine(keys, splits) for t in tables]
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
+    unique = np.unique(keys)
+    grads = rng.standard_normal((unique.size, DIM)).astype(np.float32)
+    for t in tables:
+        t.apply(unique, grads, step)
+    return unique
 
 
 def assert_same(a, b):
@@ -223,13 +253,7 @@ def test_prefetching_each_next_batch_equals_ram(lib, tmp_path):
         if step == 2:
             for t in (ram, tiered, ahead):
                 t.add_slots([0.5, -1.0])
-        outs = [t.lookup(keys) for t in (ram, tiered, ahead)]
-        for o in outs[1:]:
-            np.testing.assert_array_equal(o, outs[0])
-        unique = np.unique(keys)
-        grads = rng.standard_normal((unique.size, DIM)).astype(np.float32)
-        for t in (ram, tiered, ahead):
-            t.apply(unique, grads, step)
+        lookup_and_apply([ram, tiered, ahead], keys, rng, step)
         read += ahead.prefetch(batches[step])
     assert_same(ram, tiered)
     assert_same(ram, ahead)
@@ -238,6 +262,63 @@ def test_prefetching_each_next_batch_equals_ram(lib, tmp_path):
     # Each row read ahead is at least one hit that was a miss; new keys, and rows there was no
     # room for ahead, still miss.
     assert a["misses"] + read <= s["misses"], (a, s, read)
+
+
+@pytest.mark.parametrize("steps_after", ["plan", "read", "read: two steps"])
+def test_a_prefetch_around_steps_equals_ram(lib, tmp_path, steps_after):
+    # A prefetch reads the file without the table's lock while the table steps: lookups and
+    # updates read rows back (the prefetched batch's among them), spill others, clean segments
+    # and reuse emptied ones, after the plan and before the read ("plan"), or after the read
+    # and before the rows are placed ("read": one step; "read: two steps": each plan spans two,
+    # so that segments emptied by the first are rewritten by the second). Only the records
+    # still live where the plan found them, in segments not rewritten since, may be taken.
+    # Segments of one or two records: a record read back empties its segment, which the next
+    # spill rewrites.
+    ram, tier = Table(lib), Table(lib, BUDGET, tmp_path / "t", segment_bytes=512)
+    rng = np.random.default_rng(11)
+    batches = [np.repeat(keys_of(rng, step), 1 + step % 3) for step in range(1, 43)]
+    span = 2 if steps_after == "read: two steps" else 1
+    read, plans = [], []
+    for step, keys in enumerate(batches[:-2], 1):
+        plans.append(tier.begin_prefetch(batches[step + span - 1]))
+        if steps_after != "plan":
+            tier.read_prefetch(plans[-1])
+        if step == 2:  # the file is re-laid out under the plans: nothing of them is taken
+            for t in (ram, tier):
+                t.add_slots([0.5, -1.0])
+        lookup_and_apply([ram, tier], keys, rng, step)
+        if steps_after == "plan":
+            tier.read_prefetch(plans[-1])
+        if len(plans) == span:
+            read.append(tier.finish_prefetch(plans.pop(0)))
+    assert_same(ram, tier)
+    s = tier.stats()
+    assert read[1] == 0 and sum(read) > 0 and s["spills"] > 0 and s["rows_disk"] > s["rows_ram"]
+
+
+def test_a_prefetch_across_a_clear_or_a_corrupted_record(lib, tmp_path):
+    tier = Table(lib, BUDGET, tmp_path / "t")
+    rng = np.random.default_rng(12)
+    train([tier], rng, 20)
+    coming = np.arange(600, dtype=np.int64) * np.int64(0x5BD1E9955BD1E995 >> 2) - np.int64(2**61)
+    # Cleared between the plan and the placing: nothing is taken, nothing fails.
+    plan = tier.begin_prefetch(coming)
+    tier.read_prefetch(plan)
+    tier.clear()
+    assert tier.finish_prefetch(plan) == 0 and tier.size() == 0
+    train([tier], rng, 20, slots_at=0)
+    before = tier.stats()
+    path = tmp_path / "t" / "rows.bin"
+    data = bytearray(path.read_bytes())
+    for off in range(100, len(data), 997):
+        data[off] ^= 0x5A
+    plan = tier.begin_prefetch(coming)
+    path.write_bytes(bytes(data))
+    tier.read_prefetch(plan)
+    with pytest.raises(RuntimeError, match="hash table 't': disk tier file .* is corrupted"):
+        tier.finish_prefetch(plan)
+    after = tier.stats()
+    assert after["rows_ram"] == before["rows_ram"] and after["rows_disk"] == before["rows_disk"]
 
 
 def test_file_stays_within_twice_its_rows(lib, tmp_path):
@@ -446,12 +527,7 @@ def test_compact_disk_index_equals_ram(lib, tmp_path):
         shared = twins(rng, rng.choice(stored, 200, replace=False), 1)  # new, seemingly on disk
         new = rng.integers(-(2**62), 2**62, 300)
         keys = rng.permutation(np.concatenate([old, shared, new, old[:100]]))
-        outs = [t.lookup(keys) for t in (ram, tier)]
-        np.testing.assert_array_equal(outs[0], outs[1])
-        unique = np.unique(keys)
-        grads = rng.standard_normal((unique.size, DIM)).astype(np.float32)
-        for t in (ram, tier):
-            t.apply(unique, grads, step)
+        unique = lookup_and_apply([ram, tier], keys, rng, step)
         stored = np.union1d(stored, unique)
     assert ram.size() == tier.size() == stored.size
     assert_same(ram, tier)

@@ -94,6 +94,31 @@ int sok_tier_prefetch(void* t, const int64_t* keys, int64_t n, int64_t* read, ch
   return Report(table->Prefetch(keys, n, kSerial, read), err, err_len);
 }
 
+// The same in three calls (HashTable::BeginPrefetch, ReadPrefetch, FinishPrefetch), so that a
+// test can change the table between them: begin returns a plan (null with err on failure),
+// finish frees it.
+void* sok_tier_prefetch_begin(void* t, const int64_t* keys, int64_t n, char* err, int64_t err_len) {
+  auto* plan = new sok_lite::HashTable::PrefetchPlan;
+  if (Report(static_cast<sok_lite::HashTable*>(t)->BeginPrefetch(keys, n, kSerial, plan), err,
+             err_len)) {
+    delete plan;
+    return nullptr;
+  }
+  return plan;
+}
+
+void sok_tier_prefetch_read(void* plan) {
+  sok_lite::HashTable::ReadPrefetch(static_cast<sok_lite::HashTable::PrefetchPlan*>(plan), kSerial);
+}
+
+int sok_tier_prefetch_finish(void* t, void* plan, int64_t* read, char* err, int64_t err_len) {
+  auto* p = static_cast<sok_lite::HashTable::PrefetchPlan*>(plan);
+  const int rc =
+      Report(static_cast<sok_lite::HashTable*>(t)->FinishPrefetch(p, kSerial, read), err, err_len);
+  delete p;
+  return rc;
+}
+
 int sok_tier_add_slots(void* t, const float* init, int64_t n, char* err, int64_t err_len) {
   auto* table = static_cast<sok_lite::HashTable*>(t);
   return Report(table->AddSlots(std::vector<float>(init, init + n)), err, err_len);
