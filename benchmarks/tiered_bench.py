@@ -2,9 +2,10 @@
 
 Usage: cd benchmarks && python tiered_bench.py [rss|zipf|uniform|scale|all] [options]
 
-rss      A tiered table trained until it holds 4x its RAM budget. Peak RSS against the budget
-         plus TF's fixed overhead, measured by the same script with an empty table (each in a
-         fresh process).
+rss      A tiered table trained on new keys until it holds 4x its RAM budget, then on Zipf(1.1)
+         batches over them with each next batch prefetched. RSS between steps against the
+         budget plus TF's own (the same steps on an all-RAM table, less that table's bytes;
+         each in a fresh process).
 zipf     One training step (lookup + gradient + Adam, 163,840 Zipf(1.1) ids, d = 64) on a
          tiered table whose budget holds the hot set, against the same step on an all-RAM
          table holding the same rows. Both tables hold --keys rows before timing.
@@ -124,8 +125,11 @@ def _drop_page_cache(directory: pathlib.Path) -> None:
 
 
 def _rss_child(args) -> dict:
-    """Runs in a fresh process: trains a tiered table on new keys until it holds `fill` x the
-    budget (fill 0: an empty table stepped on one key) and returns the peak RSS."""
+    """Runs in a fresh process: trains a table on new keys until a tiered one holds `fill` x the
+    budget (or on --rss-keys keys), then --rss-steps Zipf(1.1) steps over those keys, each
+    followed by sok.prefetch of the next batch. Returns RSS and the table's own bytes in RAM
+    between steps, and the peak RSS. --rss-ram: the same steps on an all-RAM table (the
+    baseline: what TF and the allocators keep for these steps beside the table)."""
     import numpy as np
 
     import sok_lite as sok
@@ -133,23 +137,36 @@ def _rss_child(args) -> dict:
     budget = _parse_bytes(args.budget)
     root = pathlib.Path(tempfile.mkdtemp(prefix="tiered_rss_", dir=args.dir))
     try:
-        table = _table(args.dim, sok.storage.Disk(str(root), ram_budget=budget))
+        storage = None if args.rss_ram else sok.storage.Disk(str(root), ram_budget=budget)
+        table = _table(args.dim, storage)
         step, _ = _train_step(table, args.dim)
         step(_ragged(np.zeros([1], np.int64)))
-        key, settled = 0, _status_kib("VmRSS") * 1024
-        target = args.fill * budget
-        while args.fill and table.memory_stats()["bytes_ram"] + _disk_bytes(table) < target:
-            n = min(args.batch, 1_000_000)
+
+        def between() -> list:  # RSS and the table's bytes in RAM, between steps
+            return [_status_kib("VmRSS") * 1024, int(table.memory_stats()["bytes_ram"])]
+
+        def stored() -> int:
+            return int(table.memory_stats()["bytes_ram"]) + _disk_bytes(table)
+
+        key, fill = 0, []
+        while (key < args.rss_keys) if args.rss_keys else (stored() < args.fill * budget):
+            n = min(args.batch, 1_000_000, (args.rss_keys - key) if args.rss_keys else 1 << 62)
             step(_ragged(np.arange(key, key + n, dtype=np.int64)))
             key += n
-            # Between steps: what the table holds, without the step's own tensors.
-            settled = max(settled, _status_kib("VmRSS") * 1024)
-        stats = table.memory_stats()
+            fill.append(between())
+        rng = np.random.default_rng(0)
+        zipf, batch = [], _zipf_ids(rng, key, args.batch)
+        for _ in range(args.rss_steps):  # batches drawn one ahead: only two held at a time
+            step(_ragged(batch))
+            batch = _zipf_ids(rng, key, args.batch)
+            sok.prefetch(table, _ragged(batch), wait_for_lookup=False)
+            zipf.append(between())
         return {
+            "keys": key,
+            "fill": fill,
+            "zipf": zipf,
             "peak_rss": _status_kib("VmHWM") * 1024,
-            "settled_rss": settled,
-            "rows": int(table.size()),
-            "stats": stats,
+            "stats": table.memory_stats(),
         }
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -162,6 +179,8 @@ def _disk_bytes(table) -> int:
 def _child(mode: str, args) -> dict:
     cmd = [sys.executable, __file__, "--child", mode, "--dim", str(args.dim)]
     cmd += ["--budget", args.budget, "--fill", str(args.fill), "--batch", str(args.batch)]
+    cmd += ["--rss-steps", str(args.rss_steps), "--rss-keys", str(args.rss_keys)]
+    cmd += ["--rss-ram"] if args.rss_ram else []
     if args.dir:
         cmd += ["--dir", args.dir]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -169,31 +188,48 @@ def _child(mode: str, args) -> dict:
 
 
 def rss(args) -> dict:
+    import numpy as np
+
     budget = _parse_bytes(args.budget)
-    empty = _child("rss", argparse.Namespace(**{**vars(args), "fill": 0}))
     full = _child("rss", args)
-    overhead = empty["peak_rss"]
-    grown = full["peak_rss"] - overhead
-    limit = 1.2 * budget
+    ram = _child(
+        "rss", argparse.Namespace(**{**vars(args), "rss_ram": True, "rss_keys": full["keys"]})
+    )
+    # TF's own: what the same steps keep in RSS beside an all-RAM table's own bytes (the
+    # batch's tensors and what TF's and glibc's allocators keep of them).
+    tf_own = float(np.median([r - b for r, b in ram["zipf"] or ram["fill"]]))
+    settled = max(r for r, _ in full["fill"] + full["zipf"]) - tf_own
+    peak = full["peak_rss"] - (ram["peak_rss"] - ram["stats"]["bytes_ram"])
     s = full["stats"]
-    print(f"rss: d = {args.dim}, Adam, budget {_mib(budget)}, table {args.fill}x the budget")
-    print(f"  empty table (TF's fixed overhead): peak RSS {_mib(overhead)}")
     print(
-        f"  full table: {full['rows']:,} rows, {_mib(s['bytes_ram'])} in RAM, "
-        f"{_mib(s['bytes_disk'])} on disk; peak RSS {_mib(full['peak_rss'])}"
-    )
-    settled = full["settled_rss"] - empty["settled_rss"]
-    print(
-        f"  RSS between steps - the empty table's = {_mib(settled)}, "
-        f"{settled / budget:.2f}x the budget (target <= 1.2x: "
-        f"{'met' if settled <= limit else 'NOT met'})"
+        f"rss: d = {args.dim}, Adam, budget {_mib(budget)}, {full['keys']:,} new keys "
+        f"({args.fill}x the budget), then {args.rss_steps} Zipf(1.1) steps over them, each "
+        "followed by sok.prefetch of the next batch"
     )
     print(
-        f"  peak RSS within a step - overhead = {_mib(grown)}, {grown / budget:.2f}x the budget: "
-        f"the excess over the line above is the step's own batch-sized buffers ({args.batch:,} "
-        "new ids: lookup output, gradient, rows read back), which do not grow with the table"
+        f"  TF's own: the same steps on an all-RAM table keep {_mib(tf_own)} of RSS beside the "
+        f"table's {_mib(ram['stats']['bytes_ram'])} (median between Zipf steps)"
     )
-    return {"budget": budget, "overhead": overhead, "settled": settled, "peak": grown, "full": full}
+    print(
+        f"  tiered: {_mib(s['bytes_ram'])} in RAM, {_mib(s['bytes_disk'])} on disk, "
+        f"{s['misses']:,} misses; peak RSS {_mib(full['peak_rss'])}"
+    )
+    print(
+        f"  RSS between steps (most) - TF's own = {_mib(settled)}, {settled / budget:.2f}x the "
+        f"budget (target <= 1.2x: {'met' if settled <= 1.2 * budget else 'NOT met'})"
+    )
+    print(
+        f"  peak RSS within a step - the all-RAM run's peak beside its table = {_mib(peak)}, "
+        f"{peak / budget:.2f}x the budget"
+    )
+    return {
+        "budget": budget,
+        "tf_own": tf_own,
+        "settled": settled,
+        "peak": peak,
+        "full": full,
+        "ram": ram,
+    }
 
 
 # -- zipf / uniform ----------------------------------------------------------------------------
@@ -539,6 +575,9 @@ def main(argv=None):
     p.add_argument("--budget", default="400MiB", help="RAM budget of rss/zipf/uniform tables")
     p.add_argument("--fill", type=float, default=4.0, help="rss: table size / budget")
     p.add_argument("--batch", type=int, default=BATCH, help="rss: new keys per step")
+    p.add_argument("--rss-steps", type=int, default=20, help="rss: Zipf steps after the fill")
+    p.add_argument("--rss-keys", type=int, default=0, help="rss: keys to fill (0: --fill)")
+    p.add_argument("--rss-ram", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument(
         "--policy", default="lru", choices=["lru", "lfu"], help="zipf: the tiered table's spills"

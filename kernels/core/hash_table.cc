@@ -117,12 +117,12 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
   ++step_;
   const int64_t dim = config_.dim;
   // Probe in parallel (a key may repeat: see MarkSeen).
-  std::vector<int64_t> rows(n);
+  ScratchVector<int64_t> rows(n);
   ForEachRow(keys, n, run, [&](int64_t i, int64_t r) {
     rows[i] = r;
     if (r >= 0) MarkSeen(r);
   });
-  std::vector<int64_t> missing;
+  ScratchVector<int64_t> missing;
   for (int64_t i = 0; i < n; ++i) {
     if (rows[i] < 0) missing.push_back(i);
   }
@@ -153,7 +153,7 @@ std::string HashTable::Lookup(const int64_t* keys, int64_t n, float* out, const 
   return "";
 }
 
-std::string HashTable::AdmitMissing(const int64_t* keys, std::vector<int64_t>* missing,
+std::string HashTable::AdmitMissing(const int64_t* keys, ScratchVector<int64_t>* missing,
                                     const Runner& run) {
   // Admission and inserts are serial (they change the index). Missing positions sorted by
   // (key, position) put a repeated key's occurrences together, first one first, so each key is
@@ -163,7 +163,7 @@ std::string HashTable::AdmitMissing(const int64_t* keys, std::vector<int64_t>* m
   std::sort(missing->begin(), missing->end(), [keys](int64_t a, int64_t b) {
     return keys[a] < keys[b] || (keys[a] == keys[b] && a < b);
   });
-  std::vector<int64_t> admit;  // first positions of the keys to store
+  ScratchVector<int64_t> admit;  // first positions of the keys to store
   for (size_t j = 0; j < missing->size(); ++j) {
     const int64_t key = keys[(*missing)[j]];
     if (j > 0 && keys[(*missing)[j - 1]] == key) continue;
@@ -179,7 +179,7 @@ std::string HashTable::AdmitMissing(const int64_t* keys, std::vector<int64_t>* m
   if (!problem.empty()) return problem;
   // The index takes the keys one by one; their initial values (a pure function of the key, some
   // 40 ns a value from the normal's log and cos) are then written on all threads.
-  std::vector<int64_t> rows(admit.size());
+  ScratchVector<int64_t> rows(admit.size());
   for (size_t j = 0; j < admit.size(); ++j) {
     rows[j] = Place(keys[admit[j]]);
     meta_[rows[j]].count = 1;

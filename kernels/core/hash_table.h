@@ -18,6 +18,7 @@
 #include "kernels/core/hash_table_record.h"
 #include "kernels/core/hash_table_tier_file.h"
 #include "kernels/core/huge_pages.h"
+#include "kernels/core/mapped_memory.h"
 #include "kernels/core/open_index.h"
 #include "kernels/core/prefetch.h"
 #include "kernels/core/row_init.h"
@@ -269,7 +270,7 @@ class HashTable {
   // RAM (the others are marked seen): reads the rows of those on disk back to RAM, marked seen,
   // and leaves in *missing the positions of keys stored nowhere.
   [[nodiscard]] std::string FetchMissing(const int64_t* keys, int64_t n,
-                                         std::vector<int64_t>* missing, const Runner& run);
+                                         ScratchVector<int64_t>* missing, const Runner& run);
   // Adds a successful lookup of n ids, `missed` of them not in RAM, to the counters.
   void CountLookup(int64_t n, int64_t missed) {
     counters_.hits += n - missed;
@@ -278,19 +279,19 @@ class HashTable {
   // Reads the rows of on_disk (distinct keys not in RAM, on disk or not) back into RAM, making
   // room first (keep, spare_seen: see Spill); mark_seen: they count as seen in this lookup step.
   // The keys not on disk after all are appended to *absent (if not null), in on_disk's order.
-  [[nodiscard]] std::string ReadBack(const std::vector<int64_t>& on_disk,
+  [[nodiscard]] std::string ReadBack(const int64_t* on_disk, int64_t m,
                                      const std::vector<int64_t>& keep, bool mark_seen,
                                      bool spare_seen, const Runner& run,
                                      std::vector<int64_t>* absent);
-  // Moves the rows read from disk (keys[j], from record slots[j]; -1: not on disk, skipped)
-  // into RAM, making room for `found` rows first (keep, spare_seen: see Spill); copy_in(j, meta,
-  // row) writes row j's bookkeeping and stride() floats; mark_seen: they count as seen in this
-  // lookup step.
+  // Moves the rows read from disk (keys[j], from record slots[j], j < m; -1: not on disk,
+  // skipped) into RAM, making room for `found` rows first (keep, spare_seen: see Spill); copy_in(j,
+  // meta, row) writes row j's bookkeeping and stride() floats; mark_seen: they count as seen in
+  // this lookup step.
   template <typename CopyIn>
-  [[nodiscard]] std::string PlaceReadBack(const std::vector<int64_t>& keys,
-                                          const std::vector<int64_t>& slots, int64_t found,
-                                          const std::vector<int64_t>& keep, bool mark_seen,
-                                          bool spare_seen, const Runner& run, CopyIn copy_in);
+  [[nodiscard]] std::string PlaceReadBack(const int64_t* keys, const int64_t* slots, int64_t m,
+                                          int64_t found, const std::vector<int64_t>& keep,
+                                          bool mark_seen, bool spare_seen, const Runner& run,
+                                          CopyIn copy_in);
   // The RAM rows the budget allows now (the disk index takes its share).
   int64_t RamRowLimit() const;
   // Disk tier: how many rows a prefetch may read back beside the RAM rows `keep`: as many as
@@ -304,8 +305,8 @@ class HashTable {
   // The RAM rows Spill may take as (score by config().policy, row): those a Prefetch marked as
   // wanted into *pinned, the others into *candidates.
   void SpillCandidates(const std::vector<int64_t>& keep, bool spare_seen,
-                       std::vector<std::pair<int64_t, int64_t>>* candidates,
-                       std::vector<std::pair<int64_t, int64_t>>* pinned) const;
+                       ScratchVector<std::pair<int64_t, int64_t>>* candidates,
+                       ScratchVector<std::pair<int64_t, int64_t>>* pinned) const;
   // Moves the coldest RAM rows (by config().policy) to disk until `needed` more fit the budget;
   // spares the rows in `keep` (any order, repeats allowed) and, with spare_seen, the rows seen in
   // this lookup step.
@@ -318,7 +319,7 @@ class HashTable {
   // Counts the keys at positions `missing` (not stored; a key may repeat) as seen in this step
   // and stores those now admitted, in order of first occurrence, evicting if the table is full.
   // Sorts `missing`. Returns "" or an error.
-  [[nodiscard]] std::string AdmitMissing(const int64_t* keys, std::vector<int64_t>* missing,
+  [[nodiscard]] std::string AdmitMissing(const int64_t* keys, ScratchVector<int64_t>* missing,
                                          const Runner& run);
   // Disk tier: "" if the budget can index every key stored after assigning keys[0, n) and
   // still hold a row in RAM, else the error (before anything changes).

@@ -50,8 +50,8 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
   const int64_t ids = row_splits[batch] - row_splits[0];
   const int64_t dim = config_.dim;
   std::mutex mu;
-  std::vector<int64_t> missing;  // positions of ids not stored
-  std::vector<int64_t> marked;   // rows first seen in this step, some more than once
+  ScratchVector<int64_t> missing;  // positions of ids not stored
+  std::vector<int64_t> marked;     // rows first seen in this step, some more than once
   // Three stages per id, in flight over a window of ids: hash the key and prefetch its index
   // entry (kSlotAhead ids ahead), probe the index and prefetch the row and its record (kRowAhead
   // ahead), combine the row. Probing is read-only, so samples are combined in parallel.
@@ -140,7 +140,7 @@ std::string HashTable::LookupCombine(const int64_t* keys, const int64_t* row_spl
   const int64_t missed = missing.size();  // counted once the lookup succeeds
   // Samples holding a missing id, found before AdmitMissing sorts the positions by key.
   std::sort(missing.begin(), missing.end());
-  std::vector<int64_t> redo;
+  ScratchVector<int64_t> redo;
   for (int64_t k : missing) {
     const int64_t b = std::upper_bound(row_splits, row_splits + batch + 1, k) - row_splits - 1;
     if (redo.empty() || redo.back() != b) redo.push_back(b);

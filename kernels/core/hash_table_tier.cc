@@ -102,8 +102,8 @@ void HashTable::ForEachSpillable(const std::vector<int64_t>& keep, bool spare_se
 }
 
 void HashTable::SpillCandidates(const std::vector<int64_t>& keep, bool spare_seen,
-                                std::vector<std::pair<int64_t, int64_t>>* candidates,
-                                std::vector<std::pair<int64_t, int64_t>>* pinned) const {
+                                ScratchVector<std::pair<int64_t, int64_t>>* candidates,
+                                ScratchVector<std::pair<int64_t, int64_t>>* pinned) const {
   // The coldest rows go: least recently seen (lru), or seen in the fewest lookup steps (lfu,
   // which keeps a skewed distribution's frequent keys in RAM through bursts of rare ones).
   const bool lfu = config_.policy == EvictPolicy::kLfu;
@@ -135,7 +135,7 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
   const int64_t limit = RamRowLimit();
   const int64_t excess = index_.size() + needed - limit;
   if (excess <= 0) return "";
-  std::vector<std::pair<int64_t, int64_t>> candidates, pinned;  // (score, row)
+  ScratchVector<std::pair<int64_t, int64_t>> candidates, pinned;  // (score, row)
   SpillCandidates(keep, spare_seen, &candidates, &pinned);
   // Rows prefetched for a coming lookup go last, and only as many as the excess needs.
   if (static_cast<int64_t>(candidates.size()) < excess && !pinned.empty()) {
@@ -168,8 +168,8 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
   // In row order: adjacent rows of a chunk are read once, file slots are given out in order.
   std::sort(candidates.begin(), candidates.begin() + count,
             [](const auto& a, const auto& b) { return a.second < b.second; });
-  std::vector<RowMeta> metas(count);
-  std::vector<const float*> rows(count);
+  ScratchVector<RowMeta> metas(count);
+  ScratchVector<const float*> rows(count);
   for (int64_t i = 0; i < count; ++i) {
     metas[i] = meta_[candidates[i].second];
     rows[i] = RowPtr(candidates[i].second);
@@ -193,7 +193,7 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
 void HashTable::CompactRows() {
   const int64_t keep_rows = (index_.size() + kChunkRows - 1) / kChunkRows * kChunkRows;
   // Rows past keep_rows move into the free rows below it, their index slots following them.
-  std::vector<int64_t> holes;
+  ScratchVector<int64_t> holes;
   for (int64_t r = 0; r < keep_rows && r < static_cast<int64_t>(meta_.size()); ++r) {
     if (!row_used_[r]) holes.push_back(r);
   }
@@ -232,10 +232,10 @@ void HashTable::SplitByTier(const int64_t* keys, int64_t n, const Runner& run,
                             std::vector<int64_t>* in_ram, std::vector<int64_t>* on_disk) const {
   // Probe RAM in parallel, prefetched; only the distinct keys not in RAM are looked up on disk.
   // A batch repeats its hot rows many times: they are told apart by a bit a row, not a sort.
-  std::vector<int64_t> rows(n);
+  ScratchVector<int64_t> rows(n);
   ForEachRow(keys, n, run, [&](int64_t i, int64_t r) { rows[i] = r; });
   std::vector<bool> listed(meta_.size());
-  std::vector<int64_t> absent;
+  ScratchVector<int64_t> absent;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = rows[i];
     if (r < 0) {
@@ -256,21 +256,20 @@ std::string HashTable::FetchFromTier(const int64_t* keys, int64_t n, bool spare_
                                      const Runner& run) {
   std::vector<int64_t> keep, on_disk;
   SplitByTier(keys, n, run, &keep, &on_disk);
-  return ReadBack(on_disk, keep, false, spare_seen, run, nullptr);
+  return ReadBack(on_disk.data(), on_disk.size(), keep, false, spare_seen, run, nullptr);
 }
 
 template <typename CopyIn>
-std::string HashTable::PlaceReadBack(const std::vector<int64_t>& keys,
-                                     const std::vector<int64_t>& slots, int64_t found,
-                                     const std::vector<int64_t>& keep, bool mark_seen,
-                                     bool spare_seen, const Runner& run, CopyIn copy_in) {
+std::string HashTable::PlaceReadBack(const int64_t* keys, const int64_t* slots, int64_t m,
+                                     int64_t found, const std::vector<int64_t>& keep,
+                                     bool mark_seen, bool spare_seen, const Runner& run,
+                                     CopyIn copy_in) {
   tier_->TrackMoves(true);  // making room may clean segments, moving records that were read
   const std::string problem = MakeRoom(found, run, keep, spare_seen);
   if (!problem.empty()) {
     tier_->TrackMoves(false);
     return problem;
   }
-  const int64_t m = keys.size();
   constexpr int64_t ahead = kPrefetchDistance;
   for (int64_t j = 0; j < m; ++j) {
     if (j + ahead < m && slots[j + ahead] >= 0) tier_->PrefetchIndex(keys[j + ahead]);
@@ -319,13 +318,14 @@ std::string HashTable::FinishPrefetch(PrefetchPlan* plan, const Runner& run, int
   if (!tier_) return "";
   // What the plan read and is still on disk as read; the rest stays where it is now.
   const int64_t m = plan->on_disk.size();
-  std::vector<const char*> records(m);
-  std::vector<int64_t> slots(m);
+  ScratchVector<const char*> records(m);
+  ScratchVector<int64_t> slots(m);
   std::string problem =
       tier_->TakePlanned(plan->read, m, plan->on_disk.data(), records.data(), slots.data());
   if (!problem.empty()) return problem;
   // The batch's rows in RAM now (rows may have moved or gone to disk since the plan).
-  std::vector<int64_t> keep, now(plan->in_ram.size());
+  std::vector<int64_t> keep;
+  ScratchVector<int64_t> now(plan->in_ram.size());
   ForEachRow(plan->in_ram.data(), plan->in_ram.size(), run,
              [&](int64_t i, int64_t r) { now[i] = r; });
   for (int64_t r : now) {
@@ -333,7 +333,7 @@ std::string HashTable::FinishPrefetch(PrefetchPlan* plan, const Runner& run, int
   }
   int64_t found = 0;
   const int64_t fits = PrefetchRoom(keep);
-  std::vector<int64_t> taken;  // keys moved to RAM
+  ScratchVector<int64_t> taken;  // keys moved to RAM
   for (int64_t j = 0; j < m; ++j) {
     if (slots[j] >= 0 && found == fits) slots[j] = -1;
     if (slots[j] < 0) continue;
@@ -342,7 +342,7 @@ std::string HashTable::FinishPrefetch(PrefetchPlan* plan, const Runner& run, int
   }
   if (found > 0) {
     const int64_t row_bytes = stride() * sizeof(float);
-    problem = PlaceReadBack(plan->on_disk, slots, found, keep, false, true, run,
+    problem = PlaceReadBack(plan->on_disk.data(), slots.data(), m, found, keep, false, true, run,
                             [&](int64_t j, RowMeta* meta, float* row) {
                               std::memcpy(meta, records[j], sizeof(RowMeta));
                               std::memcpy(row, records[j] + RowTierFile::kHeaderBytes, row_bytes);
@@ -353,7 +353,7 @@ std::string HashTable::FinishPrefetch(PrefetchPlan* plan, const Runner& run, int
   pin_gen_ ^= 1;
   std::vector<bool>& pins = pins_[pin_gen_];
   pins.assign(meta_.size(), false);
-  std::vector<int64_t> wanted = std::move(taken);
+  ScratchVector<int64_t> wanted = std::move(taken);
   const int64_t moved = wanted.size();
   wanted.insert(wanted.end(), plan->in_ram.begin(), plan->in_ram.end());
   now.resize(wanted.size());  // rows may have moved (making room compacts)
@@ -365,17 +365,17 @@ std::string HashTable::FinishPrefetch(PrefetchPlan* plan, const Runner& run, int
   return "";
 }
 
-std::string HashTable::FetchMissing(const int64_t* keys, int64_t n, std::vector<int64_t>* missing,
+std::string HashTable::FetchMissing(const int64_t* keys, int64_t n, ScratchVector<int64_t>* missing,
                                     const Runner& run) {
   // Positions sorted by key: a key's repeats together. Every distinct key goes to the read,
   // whose one probe of the disk index finds the records to read; the keys it does not find on
   // disk (new ones, or min_count's pending ones) are left missing with all their positions.
-  std::vector<int64_t> by_key = *missing;
+  ScratchVector<int64_t> by_key = *missing;
   std::sort(by_key.begin(), by_key.end(), [keys](int64_t a, int64_t b) {
     return keys[a] < keys[b] || (keys[a] == keys[b] && a < b);
   });
-  std::vector<int64_t> distinct;
-  std::vector<std::pair<size_t, size_t>> runs;  // by_key[j, k): the positions of distinct[i]
+  ScratchVector<int64_t> distinct;
+  ScratchVector<std::pair<size_t, size_t>> runs;  // by_key[j, k): the positions of distinct[i]
   for (size_t j = 0; j < by_key.size();) {
     size_t k = j + 1;
     while (k < by_key.size() && keys[by_key[k]] == keys[by_key[j]]) ++k;
@@ -384,9 +384,10 @@ std::string HashTable::FetchMissing(const int64_t* keys, int64_t n, std::vector<
     j = k;
   }
   std::vector<int64_t> absent;  // in the order of distinct
-  const std::string problem = ReadBack(distinct, {}, true, true, run, &absent);
+  const std::string problem =
+      ReadBack(distinct.data(), distinct.size(), {}, true, true, run, &absent);
   if (!problem.empty()) return problem;
-  std::vector<int64_t> rest;
+  ScratchVector<int64_t> rest;
   for (size_t i = 0, a = 0; i < distinct.size() && a < absent.size(); ++i) {
     if (distinct[i] != absent[a]) continue;
     rest.insert(rest.end(), by_key.begin() + runs[i].first, by_key.begin() + runs[i].second);
@@ -397,21 +398,20 @@ std::string HashTable::FetchMissing(const int64_t* keys, int64_t n, std::vector<
   return "";
 }
 
-std::string HashTable::ReadBack(const std::vector<int64_t>& on_disk,
-                                const std::vector<int64_t>& keep, bool mark_seen, bool spare_seen,
-                                const Runner& run, std::vector<int64_t>* absent) {
-  if (on_disk.empty()) return "";
-  const int64_t m = on_disk.size();
+std::string HashTable::ReadBack(const int64_t* on_disk, int64_t m, const std::vector<int64_t>& keep,
+                                bool mark_seen, bool spare_seen, const Runner& run,
+                                std::vector<int64_t>* absent) {
+  if (m == 0) return "";
   if (tier_->size() == 0) {  // nothing on disk: every key is absent, no read
-    if (absent) absent->insert(absent->end(), on_disk.begin(), on_disk.end());
+    if (absent) absent->insert(absent->end(), on_disk, on_disk + m);
     return "";
   }
   // Read first: a bad record is reported before anything moves.
-  std::vector<RowMeta> metas(m);
-  std::vector<int64_t> slots(m);
-  std::unique_ptr<float[]> read(new float[m * stride()]);  // rows found are read in; the rest
-                                                           // stays untouched (unpaged)
-  std::string problem = tier_->Read(m, on_disk.data(), metas.data(), read.get(), slots.data(), run);
+  ScratchVector<RowMeta> metas(m);
+  ScratchVector<int64_t> slots(m);
+  // Rows found are read in; the rest stays untouched (unpaged).
+  ScratchArray<float> read = NewScratchArray<float>(m * stride(), false);
+  std::string problem = tier_->Read(m, on_disk, metas.data(), read.get(), slots.data(), run);
   if (!problem.empty()) return problem;
   int64_t found = 0;
   for (int64_t j = 0; j < m; ++j) {
@@ -421,7 +421,7 @@ std::string HashTable::ReadBack(const std::vector<int64_t>& on_disk,
       absent->push_back(on_disk[j]);
     }
   }
-  problem = PlaceReadBack(on_disk, slots, found, keep, mark_seen, spare_seen, run,
+  problem = PlaceReadBack(on_disk, slots.data(), m, found, keep, mark_seen, spare_seen, run,
                           [&](int64_t j, RowMeta* meta, float* row) {
                             *meta = metas[j];
                             std::memcpy(row, read.get() + j * stride(), stride() * sizeof(float));

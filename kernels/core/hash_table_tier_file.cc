@@ -160,10 +160,9 @@ namespace {
 
 // Spans [first, last) of `at` ((slot, anything) sorted by slot) whose slots are adjacent, each at
 // most kMaxRunBytes.
-template <typename T>
-std::vector<std::pair<size_t, size_t>> AdjacentSpans(const std::vector<std::pair<int64_t, T>>& at,
-                                                     int64_t record_bytes) {
-  std::vector<std::pair<size_t, size_t>> spans;
+template <typename Pairs>
+ScratchVector<std::pair<size_t, size_t>> AdjacentSpans(const Pairs& at, int64_t record_bytes) {
+  ScratchVector<std::pair<size_t, size_t>> spans;
   for (size_t i = 0; i < at.size();) {
     size_t j = i + 1;
     while (j < at.size() && at[j].first == at[j - 1].first + 1 &&
@@ -199,12 +198,12 @@ class FirstError {
 
 }  // namespace
 
-std::string RowTierFile::WriteRecords(const std::vector<std::pair<int64_t, const char*>>& at,
+std::string RowTierFile::WriteRecords(const ScratchVector<std::pair<int64_t, const char*>>& at,
                                       const ParallelRunner& run) {
   const auto spans = AdjacentSpans(at, record_bytes_);
   FirstError error;
   run(spans.size(), [&](int64_t s0, int64_t s1) {
-    std::vector<char> copy;
+    ScratchVector<char> copy;
     for (int64_t s = s0; s < s1; ++s) {
       const auto [i, j] = spans[s];
       const char* p = at[i].second;
@@ -259,7 +258,7 @@ std::string RowTierFile::ReadBytes(int fd, char* p, int64_t left, int64_t offset
   return "";
 }
 
-std::string RowTierFile::ReadSpan(int64_t first, int64_t last, std::vector<char>* buf) const {
+std::string RowTierFile::ReadSpan(int64_t first, int64_t last, ScratchVector<char>* buf) const {
   buf->resize((last - first + 1) * record_bytes_);
   return ReadBytes(fd_, buf->data(), buf->size(), first * record_bytes_, path_, Prefix());
 }
@@ -281,8 +280,8 @@ std::string RowTierFile::Verify(const char* record, int64_t slot, const int64_t*
          "under the table";
 }
 
-std::vector<int64_t> RowTierFile::NextSlots(int64_t n) const {
-  std::vector<int64_t> slots;
+ScratchVector<int64_t> RowTierFile::NextSlots(int64_t n) const {
+  ScratchVector<int64_t> slots;
   slots.reserve(n);
   int64_t seg = open_segment_, fill = open_fill_, fresh = num_segments_;
   size_t empties = empty_segments_.size();
@@ -299,13 +298,13 @@ std::vector<int64_t> RowTierFile::NextSlots(int64_t n) const {
 std::string RowTierFile::Append(int64_t n, const char* records, const int64_t* keys,
                                 const int64_t* from, const ParallelRunner& run) {
   if (n == 0) return "";
-  const std::vector<int64_t> slots = NextSlots(n);
+  const ScratchVector<int64_t> slots = NextSlots(n);
   const int64_t top = *std::max_element(slots.begin(), slots.end());
   if (top >= static_cast<int64_t>(kEmpty)) {
     return Prefix() + "disk tier: a file holds at most " + std::to_string(kEmpty) +
            " records; use more ranks";
   }
-  std::vector<std::pair<int64_t, const char*>> at(n);
+  ScratchVector<std::pair<int64_t, const char*>> at(n);
   for (int64_t i = 0; i < n; ++i) at[i] = {slots[i], records + i * record_bytes_};
   std::sort(at.begin(), at.end());
   const int64_t old_bytes = file_bytes_;
@@ -363,7 +362,7 @@ int64_t RowTierFile::DeadRecords() const {
 }
 
 std::string RowTierFile::Clean() {
-  std::vector<char> buf;
+  ScratchVector<char> buf;
   while (DeadRecords() > std::max<int64_t>(index_.size(), 2 * segment_records_)) {
     int64_t victim = -1;  // the closed segment with the fewest live records
     for (int64_t s = 0; s < num_segments_; ++s) {
@@ -374,8 +373,8 @@ std::string RowTierFile::Clean() {
     const int64_t first = victim * segment_records_;
     std::string problem = ReadSpan(first, first + segment_records_ - 1, &buf);
     if (!problem.empty()) return problem;
-    std::vector<char> live;
-    std::vector<int64_t> keys, from;
+    ScratchVector<char> live;
+    ScratchVector<int64_t> keys, from;
     for (int64_t k = 0; k < segment_records_; ++k) {
       if (!Used(first + k)) continue;
       const char* rec = buf.data() + k * record_bytes_;
@@ -400,8 +399,9 @@ std::string RowTierFile::Write(int64_t n, const RowMeta* metas, const float* con
   // Reclaim dead records first: if that fails, nothing is added.
   std::string problem = Clean();
   if (!problem.empty()) return problem;
-  std::unique_ptr<char[]> records(new char[n * record_bytes_]);  // written in full below
-  std::vector<int64_t> keys(n);
+  ScratchArray<char> records =
+      NewScratchArray<char>(n * record_bytes_, true);  // written in full below
+  ScratchVector<int64_t> keys(n);
   const int64_t row_bytes = stride_ * sizeof(float);
   run(n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
@@ -417,9 +417,9 @@ std::string RowTierFile::Write(int64_t n, const RowMeta* metas, const float* con
   return Append(n, records.get(), keys.data(), nullptr, run);
 }
 
-std::vector<std::pair<int64_t, int64_t>> RowTierFile::CandidateSlots(int64_t n,
-                                                                     const int64_t* keys) const {
-  std::vector<std::pair<int64_t, int64_t>> order;
+ScratchVector<std::pair<int64_t, int64_t>> RowTierFile::CandidateSlots(int64_t n,
+                                                                       const int64_t* keys) const {
+  ScratchVector<std::pair<int64_t, int64_t>> order;
   order.reserve(n);
   std::vector<uint32_t> candidates;
   constexpr int64_t ahead = kPrefetchDistance;
@@ -456,11 +456,11 @@ std::string RowTierFile::TakeRecord(const char* rec, int64_t slot, int64_t i, co
 std::string RowTierFile::Read(int64_t n, const int64_t* keys, RowMeta* metas, float* rows,
                               int64_t* slots, const ParallelRunner& run) const {
   std::fill(slots, slots + n, -1);
-  const std::vector<std::pair<int64_t, int64_t>> order = CandidateSlots(n, keys);
+  const ScratchVector<std::pair<int64_t, int64_t>> order = CandidateSlots(n, keys);
   const auto spans = AdjacentSpans(order, record_bytes_);
   FirstError error;
   run(spans.size(), [&](int64_t s0, int64_t s1) {
-    std::vector<char> buf;
+    ScratchVector<char> buf;
     for (int64_t s = s0; s < s1; ++s) {
       const auto [i, j] = spans[s];
       std::string problem = ReadSpan(order[i].first, order[j - 1].first, &buf);
@@ -501,7 +501,7 @@ std::string RowTierFile::PlanRead(int64_t n, const int64_t* keys, PlannedRead* p
 
 void RowTierFile::ReadPlanned(PlannedRead* plan, const ParallelRunner& run) {
   const int64_t bytes = plan->record_bytes;
-  plan->records.reset(new char[plan->order.size() * bytes]);
+  plan->records = NewScratchArray<char>(plan->order.size() * bytes, true);
   const auto spans = AdjacentSpans(plan->order, bytes);
   FirstError error;
   run(spans.size(), [&](int64_t s0, int64_t s1) {
@@ -546,7 +546,7 @@ std::string RowTierFile::TakePlanned(const PlannedRead& plan, int64_t n, const i
 std::string RowTierFile::Scan(int64_t start, const std::function<bool(int64_t, const char*)>& fn,
                               int64_t* next) const {
   const int64_t total = num_segments_ * segment_records_;
-  std::vector<char> buf;
+  ScratchVector<char> buf;
   int64_t s = std::max<int64_t>(start, 0);
   while (s < total) {
     const int64_t end = (s / segment_records_ + 1) * segment_records_;

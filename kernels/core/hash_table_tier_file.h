@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kernels/core/disk_index.h"
+#include "kernels/core/mapped_memory.h"
 
 namespace sok_lite {
 
@@ -101,11 +102,11 @@ class RowTierFile {
     int fd = -1;
     uint64_t epoch = 0;  // the file's contents at the plan (see epoch_)
     int64_t record_bytes = 0;
-    std::string path, prefix;                        // for ReadPlanned's errors
-    std::vector<std::pair<int64_t, int64_t>> order;  // (slot, i) sorted: every candidate of key i
-    std::vector<uint64_t> generations;               // per order entry: its segment's at the plan
-    std::unique_ptr<char[]> records;                 // order.size() records, by ReadPlanned
-    std::string problem;                             // ReadPlanned's error, if any
+    std::string path, prefix;                          // for ReadPlanned's errors
+    ScratchVector<std::pair<int64_t, int64_t>> order;  // (slot, i) sorted: every candidate of key i
+    ScratchVector<uint64_t> generations;               // per order entry: its segment's at the plan
+    ScratchArray<char> records;                        // order.size() records, by ReadPlanned
+    std::string problem;                               // ReadPlanned's error, if any
   };
   // Plans the read of the records of n distinct keys (as Read would find them). Returns "" or
   // an error (no descriptor left to duplicate).
@@ -161,15 +162,15 @@ class RowTierFile {
   void SetUsed(int64_t slot, bool on);
   // Writes records (slot, bytes) sorted by slot: adjacent slots go out in one pwrite, spans
   // through `run`.
-  [[nodiscard]] std::string WriteRecords(const std::vector<std::pair<int64_t, const char*>>& at,
+  [[nodiscard]] std::string WriteRecords(const ScratchVector<std::pair<int64_t, const char*>>& at,
                                          const ParallelRunner& run);
   // Reads `left` bytes at `offset` of fd into p (an error names path, after prefix).
   [[nodiscard]] static std::string ReadBytes(int fd, char* p, int64_t left, int64_t offset,
                                              const std::string& path, const std::string& prefix);
   // Reads the bytes of slots [first, last] in one pread into *buf.
-  [[nodiscard]] std::string ReadSpan(int64_t first, int64_t last, std::vector<char>* buf) const;
+  [[nodiscard]] std::string ReadSpan(int64_t first, int64_t last, ScratchVector<char>* buf) const;
   // (slot, i) for every record slot that may hold keys[i], i in [0, n), sorted.
-  std::vector<std::pair<int64_t, int64_t>> CandidateSlots(int64_t n, const int64_t* keys) const;
+  ScratchVector<std::pair<int64_t, int64_t>> CandidateSlots(int64_t n, const int64_t* keys) const;
   // Verify of a record read from `slot` for `key`: "" or the corruption error; *holds: it is
   // key's record (not that of another key sharing its identity).
   [[nodiscard]] std::string CheckRecord(const char* rec, int64_t slot, int64_t key,
@@ -189,7 +190,7 @@ class RowTierFile {
                                  int64_t* next) const;
   // The slots the next n appended records take (the open segment, then empty segments, then
   // new ones), without taking them.
-  std::vector<int64_t> NextSlots(int64_t n) const;
+  ScratchVector<int64_t> NextSlots(int64_t n) const;
   // Appends n records (bytes of record_bytes_ each, keys given) and indexes them (from: null, or
   // the slots of the keys' records now, which become dead); an error leaves everything as it was.
   [[nodiscard]] std::string Append(int64_t n, const char* records, const int64_t* keys,

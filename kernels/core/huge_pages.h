@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <memory>
 
+#include "kernels/core/mapped_memory.h"
+
 namespace sok_lite {
 
 // Buffers below this size are left alone: a few huge pages save nothing.
@@ -28,27 +30,19 @@ bool AdviseHugePages(const void* p, size_t bytes);
 // Returns whether advice was given.
 bool AdviseHugePagesBeforeFirstWrite(const void* p, size_t bytes);
 
-// std::allocator, advising huge pages for every block before its elements are constructed: for
-// the large arrays a hash table reaches at random per key (its index, its rows' bookkeeping).
+// MappedAllocator, advising huge pages for every block before its elements are constructed: for
+// the large arrays a hash table reaches at random per key (its index, its rows' bookkeeping),
+// which grow and shrink with the rows in RAM.
 template <typename T>
-struct HugePageAllocator {
-  using value_type = T;
+struct HugePageAllocator : MappedAllocator<T> {
   HugePageAllocator() = default;
   template <typename U>
   HugePageAllocator(const HugePageAllocator<U>&) {}  // NOLINT: converting, as std::allocator
   T* allocate(size_t n) {
-    T* p = std::allocator<T>().allocate(n);
+    // Not populated: pages faulted in before the advice would stay 4 KiB.
+    T* p = static_cast<T*>(MappedAllocate(n * sizeof(T), false));
     AdviseHugePagesBeforeFirstWrite(p, n * sizeof(T));
     return p;
-  }
-  void deallocate(T* p, size_t n) { std::allocator<T>().deallocate(p, n); }
-  template <typename U>
-  bool operator==(const HugePageAllocator<U>&) const {
-    return true;
-  }
-  template <typename U>
-  bool operator!=(const HugePageAllocator<U>&) const {
-    return false;
   }
 };
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/core/cpu_gpu_rules.h"
+#include "kernels/core/mapped_memory.h"
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/hash_table_resource.h"
 #include "kernels/tf/input_checks.h"
@@ -132,7 +133,7 @@ class DynamicPrefetchOp : public tensorflow::OpKernel {
                                         "got shape ",
                                         keys_in.shape().DebugString()));
     // This rank's keys; on one rank all of them.
-    std::vector<int64_t> own;
+    ScratchVector<int64_t> own;
     const auto keys = keys_in.flat<int64_t>();
     for (int64_t i = 0; i < keys.size(); ++i) {
       if (num_ranks_ == 1 || OwnerRank(owner_, keys(i), num_ranks_) == rank_) {

@@ -54,6 +54,9 @@ def load(lib_path) -> ctypes.CDLL:
         "sok_tier_prefetch_begin": (vp, [vp, I64, i64, s, i64]),
         "sok_tier_prefetch_read": (None, [vp]),
         "sok_tier_prefetch_finish": (ctypes.c_int, [vp, vp, ctypes.POINTER(i64), s, i64]),
+        "sok_scratch_new": (vp, [i64]),
+        "sok_scratch_data": (vp, [vp]),
+        "sok_scratch_free": (None, [vp]),
     }
     return bind(lib_path, sigs)
 
@@ -541,3 +544,27 @@ def test_compact_disk_index_equals_ram(lib, tmp_path):
     for t in (ram, tier):
         t.assign(back, rows, True, 100)
     assert_same(ram, tier)
+
+
+def _mapped(addr: int, length: int) -> bool:
+    """Whether every page of [addr, addr + length) is mapped in this process (mincore)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    vec = ctypes.create_string_buffer(length // 4096 + 1)
+    if libc.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(length), vec) == 0:
+        return True
+    assert ctypes.get_errno() == 12, ctypes.get_errno()  # ENOMEM: a page is not mapped
+    return False
+
+
+def test_scratch_of_a_mebibyte_or_more_goes_back_to_the_system(lib):
+    # A tiered step's scratch (spill candidates, records, rows read back) and a table's growing
+    # bookkeeping: a block of 1 MiB or more is a mapping of its own (page-aligned, where malloc
+    # puts a header first), unmapped when freed, so that no thread's malloc arena keeps it in RSS
+    # beside the table's budget.
+    for size in (1 << 20, 6 << 20):
+        v = lib.sok_scratch_new(size)
+        p = lib.sok_scratch_data(v)
+        assert p % 4096 == 0 and _mapped(p, size)
+        lib.sok_scratch_free(v)
+        assert not _mapped(p, size)

@@ -169,4 +169,9 @@ int64_t sok_tier_export(void* t, int64_t since, int64_t chunk, int64_t cap, int6
   return n;
 }
 
+// kernels/core/mapped_memory.h: a scratch vector of `bytes` bytes, its data, and its end.
+void* sok_scratch_new(int64_t bytes) { return new sok_lite::ScratchVector<char>(bytes); }
+void* sok_scratch_data(void* v) { return static_cast<sok_lite::ScratchVector<char>*>(v)->data(); }
+void sok_scratch_free(void* v) { delete static_cast<sok_lite::ScratchVector<char>*>(v); }
+
 }  // extern "C"
