@@ -1,9 +1,9 @@
-"""benchmarks/tiered_bench.py sweep, prefetch and zipf at a small size: the sweep writes its JSON,
-with the measured hit rate beside the plan's prediction and an infeasible budget recorded with
-the plan's reason; prefetch writes all-RAM, tiered and prefetched figures per budget, and with
---prefetch-beside the step alone and beside a prefetch reading from the disk; zipf reports the
-CPU and bytes a missed id costs (timings at this length mean nothing: only the results' shape
-and hit rates are checked)."""
+"""benchmarks/tiered_bench.py sweep, prefetch, zipf and rss at a small size: the sweep writes its
+JSON, with the measured hit rate beside the plan's prediction and an infeasible budget recorded
+with the plan's reason; prefetch writes all-RAM, tiered and prefetched figures per budget, and
+with --prefetch-beside the step alone and beside a prefetch reading from the disk; zipf reports
+the CPU and bytes a missed id costs; rss runs the same steps on a tiered and an all-RAM table
+(timings and RSS at this size mean nothing: only the results' shape and hit rates are checked)."""
 
 import json
 
@@ -70,3 +70,15 @@ def test_tiered_zipf_reports_cpu_and_bytes_per_miss(tmp_path):
     assert 0 < zipf["hit_rate"] < 1, zipf
     # Every missed row is read back and as many spilled: bytes both ways through the tier file.
     assert zipf["per_miss"]["read_bytes"] > 0 and zipf["per_miss"]["written_bytes"] > 0, zipf
+
+
+def test_tiered_rss_runs_the_same_steps_on_a_tiered_and_an_all_ram_table(tmp_path):
+    out = tmp_path / "rss.json"
+    args = ["rss", "--budget", "4MiB", "--fill", "2", "--batch", "4096", "--rss-steps", "3"]
+    proc = run_benchmark("tiered_bench.py", *args, "--dir", str(tmp_path), "--json", str(out))
+    assert "followed by sok.prefetch" in proc.stdout
+    rss = json.loads(out.read_text())["rss"]
+    full, ram = rss["full"], rss["ram"]
+    assert full["keys"] == ram["keys"] > 0 and len(full["zipf"]) == len(ram["zipf"]) == 3
+    assert full["stats"]["bytes_disk"] > 0 and full["stats"]["misses"] > 0, full["stats"]
+    assert ram["stats"]["bytes_disk"] == 0 and rss["tf_own"] > 0 and rss["settled"] > 0, rss
