@@ -46,7 +46,7 @@ struct MappedAllocator {
   MappedAllocator() = default;
   template <typename U>
   MappedAllocator(const MappedAllocator<U>&) {}  // NOLINT: converting, as std::allocator
-  // A vector constructs its elements at once: populated.
+  // A vector writes its storage as it fills: populated (capacity reserved past its size too).
   T* allocate(size_t n) { return static_cast<T*>(MappedAllocate(n * sizeof(T), true)); }
   void deallocate(T* p, size_t n) { MappedFree(p, n * sizeof(T)); }
   template <typename U>
