@@ -1,9 +1,11 @@
 """Timing and synthetic-id helpers shared by the benchmarks."""
 
+import json
 import os
 import pathlib
 import shutil
 import subprocess
+import tempfile
 import time
 
 import numpy as np
@@ -59,6 +61,19 @@ def build_native(
     cmd = [cxx, *flags, "-std=c++17", f"-I{ROOT}", "-o", str(exe)]
     subprocess.run(cmd + [str(ROOT / s) for s in sources], check=True)
     return exe
+
+
+def native_runs(name: str, sources: list[str], runs: list[list]):
+    """Builds `sources` into a temporary executable at the op library's -O3 (build_native), runs
+    it once per argument list of `runs` and yields, per run, the JSON objects it printed, one a
+    line."""
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = build_native(name, sources, pathlib.Path(tmp), ["-O3", "-fno-math-errno"])
+        for args in runs:
+            out = subprocess.run(
+                [str(exe), *map(str, args)], check=True, capture_output=True, text=True
+            )
+            yield [json.loads(line) for line in out.stdout.splitlines()]
 
 
 def zipf_ids(rng, n, vocab, a=1.2):

@@ -12,10 +12,8 @@ Usage: cd benchmarks && python fused_update_bench.py [--rows 1000000 10000000] [
 import argparse
 import json
 import pathlib
-import subprocess
-import tempfile
 
-from common import build_native
+from common import native_runs
 
 SOURCES = ["benchmarks/native/fused_update_bench.cc"]
 CORE = ("lookup_combine", "row_sum", "lookup_unique", "optimizer")
@@ -29,23 +27,16 @@ def main() -> None:
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        exe = build_native(
-            "fused_update_bench", SOURCES, pathlib.Path(tmp), ["-O3", "-fno-math-errno"]
-        )
-        for rows in args.rows:
-            out = subprocess.run(
-                [str(exe), str(rows), str(args.steps)], check=True, capture_output=True, text=True
+    runs = [[rows, args.steps] for rows in args.rows]
+    for rows, lines in zip(args.rows, native_runs("fused_update_bench", SOURCES, runs)):
+        for r in lines:
+            results.append(r)
+            print(
+                f"{rows:>12,} rows  {r['optimizer']:8s} ({r['distinct']:,} distinct rows): "
+                f"unfused {r['unfused_ms']:6.2f} ms  fused {r['fused_ms']:6.2f} ms  "
+                f"fused / unfused {r['fused_ms'] / r['unfused_ms']:4.2f}x  "
+                f"same bits: {r['same_bits']}"
             )
-            for line in out.stdout.splitlines():
-                r = json.loads(line)
-                results.append(r)
-                print(
-                    f"{rows:>12,} rows  {r['optimizer']:8s} ({r['distinct']:,} distinct rows): "
-                    f"unfused {r['unfused_ms']:6.2f} ms  fused {r['fused_ms']:6.2f} ms  "
-                    f"fused / unfused {r['fused_ms'] / r['unfused_ms']:4.2f}x  "
-                    f"same bits: {r['same_bits']}"
-                )
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
 

@@ -1,5 +1,5 @@
-"""benchmarks/small_tables_bench.py runs both sides once and writes its JSON (timings at this
-length mean nothing: only the result's shape is checked)."""
+"""benchmarks/small_tables_bench.py runs both sides and the floor once and writes its JSON
+(timings at this length mean nothing: only the result's shape is checked)."""
 
 import json
 
@@ -11,7 +11,8 @@ def test_small_tables_bench_runs_both_sides(tmp_path):
     args = ["--epochs", "1", "--repeats", "1", "--json", str(out)]
     proc = run_benchmark("small_tables_bench.py", *args)
     result = json.loads(out.read_text())
-    for side in ("plain_keras", "sok_lite"):
+    for side in ("plain_keras", "sok_lite", "floor"):
         assert 0 < result[side]["median_first_step_s"] < result[side]["median_total_s"]
-    assert result["ratio_median"] > 0
-    assert "plain Keras / sok_lite" in proc.stdout and "transparent huge pages" in proc.stdout
+    assert result["ratio_median"] > 0 and result["floor_ratio_median"] > 0
+    for line in ("plain Keras / sok_lite", "plain Keras / floor", "transparent huge pages"):
+        assert line in proc.stdout

@@ -14,21 +14,23 @@ ROWS, DIM = 40, 4
 ADAM = [0.9, 0.999, 1e-7, 1]
 
 
-def _adam_inputs(seed: int):
+def _adam_inputs(seed: int, num_rows: int = ROWS):
     rng = np.random.default_rng(seed)
-    table = tf.Variable(rng.standard_normal([ROWS, DIM]).astype(np.float32))
-    slots = [tf.Variable(tf.zeros([ROWS, DIM])) for _ in range(2)]
+    table = tf.Variable(rng.standard_normal([num_rows, DIM]).astype(np.float32))
+    slots = [tf.Variable(tf.zeros([num_rows, DIM])) for _ in range(2)]
     hyper = np.array([0.01, 0.0, *ADAM], np.float64)
     return rng, table, slots, hyper
 
 
-def test_tracker_holds_each_rows_last_step():
-    rng, table, slots, hyper = _adam_inputs(0)
-    tracker = tf.Variable(tf.fill([ROWS], tf.constant(-1, tf.int64)))
-    expected = np.full(ROWS, -1, np.int64)
+# A few rows, and many: the update's threads each write a long run of entries, prefetched ahead.
+@pytest.mark.parametrize("num_rows, per_step", [(ROWS, 12), (60_000, 25_000)])
+def test_tracker_holds_each_rows_last_step(num_rows, per_step):
+    rng, table, slots, hyper = _adam_inputs(0, num_rows)
+    tracker = tf.Variable(tf.fill([num_rows], tf.constant(-1, tf.int64)))
+    expected = np.full(num_rows, -1, np.int64)
     for step in (3, 4, 9):
-        rows = rng.choice(ROWS, 12, replace=True).astype(np.int64)  # repeats included
-        grads = rng.standard_normal([12, DIM]).astype(np.float32)
+        rows = rng.choice(num_rows, per_step, replace=True).astype(np.int64)  # repeats included
+        grads = rng.standard_normal([per_step, DIM]).astype(np.float32)
         sparse_apply(
             table.handle, [s.handle for s in slots], rows, grads, hyper, "adam",
             step=step, trackers=[tracker.handle],
