@@ -46,16 +46,7 @@ void CombineForward(const T* rows, int64_t dim, const int32_t* inverse, const in
                     const T* weights, const T* scale, int64_t b0, int64_t b1, T* out,
                     bool stream_out) {
   std::vector<T> acc(dim);
-  // The ids' rows are random rows of the gathered rows (megabytes for a large batch): each is
-  // prefetched as many ids ahead as an update prefetches rows, across samples.
-  const int64_t k_end = row_splits[b1];
-  const auto row_of = [=](int64_t k) {
-    if (k + kPrefetchDistance < k_end) {
-      PrefetchBytes<0>(rows + static_cast<int64_t>(inverse[k + kPrefetchDistance]) * dim,
-                       dim * sizeof(T));
-    }
-    return rows + static_cast<int64_t>(inverse[k]) * dim;
-  };
+  const auto row_of = [=](int64_t k) { return rows + static_cast<int64_t>(inverse[k]) * dim; };
   for (int64_t b = b0; b < b1; ++b) {
     CombineSample(row_splits[b], row_splits[b + 1], dim, weights, scale[b], stream_out, row_of,
                   acc.data(), out + b * dim);
