@@ -77,8 +77,8 @@ class SparseApplyFunctor<CPUDevice, T> {
   }
 
   absl::Status Track(tensorflow::OpKernelContext* ctx, int64_t* tracker, int64_t step) {
-    // One random entry a row of a tracker as long as the table: prefetched ahead like the rows,
-    // or each write waits for its cache line in turn.
+    // One random entry a row of a tracker as long as the table, a cache miss each: prefetched
+    // ahead as the rows are, so that the misses overlap.
     ParallelFor(ctx, rows_.size(), 4, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         if (i + kPrefetchDistance < i1) {
