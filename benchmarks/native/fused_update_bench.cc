@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "benchmarks/native/bench_timing.h"
 #include "kernels/core/lookup_combine.h"
 #include "kernels/core/lookup_unique.h"
 #include "kernels/core/optimizer.h"
@@ -26,15 +27,6 @@ using sok_lite::OptimizerHyper;
 using sok_lite::OptimizerKind;
 
 constexpr int64_t kBatch = 16384, kHotness = 10, kDim = 64;
-
-double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct Batch {
   std::vector<int64_t> unique;   // distinct rows

@@ -4,8 +4,8 @@
 // record per row (row, m, v adjacent: a hash table's layout, ApplyRowRecords). Both are
 // advised for huge pages before their first write, as the op library does. The two alternate
 // step by step on the same rows and gradients; then the rows-updated tracker's write of the same
-// rows (one int64 a row), in order as the update op did before and prefetched ahead as it does
-// now. Prints one JSON line.
+// rows (one int64 a row), in order as the update op did before and by the op library's TrackRows,
+// prefetched ahead. Prints one JSON line.
 //
 // Usage: row_layout_bench ROWS STEPS   (built and run by benchmarks/row_layout_bench.py)
 #include <algorithm>
@@ -17,10 +17,10 @@
 #include <random>
 #include <vector>
 
+#include "benchmarks/native/bench_timing.h"
 #include "kernels/core/huge_pages.h"
 #include "kernels/core/lookup_unique.h"
 #include "kernels/core/optimizer.h"
-#include "kernels/core/prefetch.h"
 
 namespace {
 
@@ -30,15 +30,6 @@ using sok_lite::OptimizerKind;
 constexpr int64_t kDim = 16, kSlots = 2;
 // The DLRM step of e2e_bench.py: 26 features of one id, batch 4096, ids Zipf(1.1).
 constexpr int64_t kIds = 26 * 4096;
-
-double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // n values, mapped and advised for huge pages before the fill writes them.
 template <typename T>
@@ -104,12 +95,7 @@ int main(int argc, char** argv) {
     const auto t2 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < n; ++i) tracker[b[i]] = step;
     const auto t3 = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < n; ++i) {
-      if (i + sok_lite::kPrefetchDistance < n) {
-        sok_lite::PrefetchBytes<1>(tracker + b[i + sok_lite::kPrefetchDistance], sizeof(int64_t));
-      }
-      tracker[b[i]] = step;
-    }
+    sok_lite::TrackRows(b.data(), 0, n, step, tracker);
     const auto t4 = std::chrono::steady_clock::now();
     if (step < 2) continue;  // first touches
     arrays_ms.push_back(Ms(t0, t1));

@@ -339,6 +339,17 @@ void ApplyRowRecords(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, i
   UpdateRows(kind, h, dim, grads, i0, i1, locate, prefetch, kInPlace);
 }
 
+void TrackRows(const int64_t* rows, int64_t i0, int64_t i1, int64_t step, int64_t* tracker) {
+  // One random entry a row of a tracker as long as the table, a cache miss each: prefetched
+  // ahead as the rows are, so that the misses overlap.
+  for (int64_t i = i0; i < i1; ++i) {
+    if (i + kPrefetchDistance < i1) {
+      PrefetchBytes<1>(tracker + rows[i + kPrefetchDistance], sizeof(int64_t));
+    }
+    tracker[rows[i]] = step;
+  }
+}
+
 template void ApplyRows<float>(OptimizerKind, const OptimizerHyper&, int64_t, const int64_t*,
                                const float*, int64_t, int64_t, float*, const std::vector<float*>&);
 template void ApplyRows<double>(OptimizerKind, const OptimizerHyper&, int64_t, const int64_t*,

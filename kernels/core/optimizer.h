@@ -86,6 +86,10 @@ template <typename T>
 void ApplyRowRecords(OptimizerKind kind, const OptimizerHyper& h, int64_t dim, int num_slots,
                      T* const* records, const T* grads, int64_t i0, int64_t i1);
 
+// tracker[rows[i]] = step for i in [i0, i1): the rows-updated tracker (one entry a row of the
+// table, for incremental dumps) after an update of those rows.
+void TrackRows(const int64_t* rows, int64_t i0, int64_t i1, int64_t step, int64_t* tracker);
+
 }  // namespace sok_lite
 
 #endif  // SOK_LITE_KERNELS_CORE_OPTIMIZER_H_

@@ -9,7 +9,6 @@
 
 #include "kernels/core/lookup_unique.h"
 #include "kernels/core/optimizer.h"
-#include "kernels/core/prefetch.h"
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/table_assign_kernels.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -77,16 +76,8 @@ class SparseApplyFunctor<CPUDevice, T> {
   }
 
   absl::Status Track(tensorflow::OpKernelContext* ctx, int64_t* tracker, int64_t step) {
-    // One random entry a row of a tracker as long as the table, a cache miss each: prefetched
-    // ahead as the rows are, so that the misses overlap.
-    ParallelFor(ctx, rows_.size(), 4, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        if (i + kPrefetchDistance < i1) {
-          PrefetchBytes<1>(tracker + rows_[i + kPrefetchDistance], sizeof(int64_t));
-        }
-        tracker[rows_[i]] = step;
-      }
-    });
+    ParallelFor(ctx, rows_.size(), 4,
+                [&](int64_t i0, int64_t i1) { TrackRows(rows_.data(), i0, i1, step, tracker); });
     return absl::OkStatus();
   }
 
