@@ -48,6 +48,21 @@ def memory_setting() -> str:
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+AUTOTUNE_HELP = (
+    "tf.data autotuning of the input pipeline, the same for every model (on: TensorFlow's "
+    "default; off: no autotuning thread, whose slow mode makes some fit calls 40-70%% slower on "
+    "2 cores whatever the model: docs/benchmarks.md)"
+)
+
+
+def with_autotune(dataset, autotune: str):
+    """`dataset` with tf.data autotuning "on" (TensorFlow's default) or "off"."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.autotune.enabled = autotune == "on"
+    return dataset.with_options(options)
+
 
 def build_native(
     name: str, sources: list[str], out: pathlib.Path, flags: list[str]

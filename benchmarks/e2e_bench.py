@@ -2,7 +2,8 @@
 
 Usage: python benchmarks/e2e_bench.py [--model criteo-dlrm|deeprec-dlrm] [--scale 1.0]
          [--tables static|dynamic|both] [--features 26] [--batch N] [--multi-hot 0]
-         [--precisions float32 mixed_bfloat16 ...] [--models ...] [--json PATH]
+         [--precisions float32 mixed_bfloat16 ...] [--models ...] [--autotune on|off]
+         [--json PATH]
 
 The workload (benchmarks/e2e_models.py): 13 dense inputs, `--features` categorical features of
 one id each, Zipf(1.1) ids, d = 16, Adam. `--model criteo-dlrm` (default): Criteo-like tables
@@ -25,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from common import memory_setting  # noqa: E402
+from common import AUTOTUNE_HELP, memory_setting, with_autotune  # noqa: E402
 from e2e_models import (  # noqa: E402
     ARCHITECTURES,
     MODELS,
@@ -61,7 +62,7 @@ class StepTimes(keras.callbacks.Callback):
 class Runner:
     """One model and its endless input; run_block() trains a block of steps."""
 
-    def __init__(self, kind, cards, data, multi_hot, ragged, arch, precision):
+    def __init__(self, kind, cards, data, multi_hot, ragged, arch, precision, autotune):
         self.kind = kind if precision == "float32" else f"{kind}@{precision}"
         self.precision = precision
         keras.mixed_precision.set_global_policy(precision)
@@ -69,7 +70,7 @@ class Runner:
             self.model = build_model(kind, cards, multi_hot, ragged, arch)
         finally:
             keras.mixed_precision.set_global_policy("float32")
-        self.data = dataset(data, ragged)
+        self.data = with_autotune(dataset(data, ragged), autotune)
         self.block_ms = []
         self.step_s = None
 
@@ -121,6 +122,7 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--block-seconds", type=float, default=4.0)
     p.add_argument("--min-steps", type=int, default=3)
+    p.add_argument("--autotune", choices=["on", "off"], default="on", help=AUTOTUNE_HELP)
     p.add_argument("--json", help="also write the results to this JSON file")
     return p.parse_args(argv)
 
@@ -140,7 +142,8 @@ def main(argv=None):
     ragged = args.multi_hot_input == "ragged"
     print(
         f"e2e: {args.model}, {args.features} features, {sum(cards):,} rows, batch {args.batch}, "
-        f"d=16, multi-hot {args.multi_hot}, precisions {' '.join(args.precisions)}"
+        f"d=16, multi-hot {args.multi_hot}, precisions {' '.join(args.precisions)}, "
+        f"tf.data autotuning {args.autotune}"
     )
     runners = [
         Runner(
@@ -151,6 +154,7 @@ def main(argv=None):
             ragged_multi_hot(kind, args.multi_hot, ragged),
             args.model,
             precision,
+            args.autotune,
         )
         for precision in args.precisions
         for kind in chosen_models(args)
@@ -203,6 +207,7 @@ def main(argv=None):
             "total_rows": sum(cards),
             "batch": args.batch,
             "embedding_dim": 16,
+            "autotune": args.autotune,
             "command": "python " + " ".join(sys.argv),
             "models": results,
         }

@@ -1,6 +1,7 @@
 """Small real tables under model.fit: sok_lite against plain Keras, tracing included.
 
-Usage: python benchmarks/small_tables_bench.py [--epochs 5] [--repeats 3] [--json PATH]
+Usage: python benchmarks/small_tables_bench.py [--epochs 5] [--repeats 3] [--autotune on|off]
+                                              [--json PATH]
 
 The workload has the shape of MovieLens-100k: 943 users, 1,682 items, 100,000 ratings whose
 users and items follow Zipf-like popularity (synthetic: the machines have no dataset download).
@@ -27,7 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from common import memory_setting  # noqa: E402
+from common import AUTOTUNE_HELP, memory_setting, with_autotune  # noqa: E402
 
 import sok_lite as sok  # noqa: E402
 
@@ -96,6 +97,12 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batch", type=int, default=512)
+    p.add_argument(
+        "--autotune",
+        choices=["on", "off"],
+        default="on",
+        help=AUTOTUNE_HELP,
+    )
     p.add_argument("--json", help="also write the results to this JSON file")
     return p.parse_args(argv)
 
@@ -105,10 +112,12 @@ def main(argv=None):
     print(memory_setting())
     x, y = ratings()
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch).prefetch(2)
+    data = with_autotune(data, args.autotune)
     steps = -(-RATINGS // args.batch)
     print(
         f"small tables: {USERS} users, {ITEMS} items, d={DIM}, batch {args.batch}, "
-        f"{args.epochs} epochs of {steps} steps, fresh models, tracing included"
+        f"{args.epochs} epochs of {steps} steps, fresh models, tracing included, "
+        f"tf.data autotuning {args.autotune}"
     )
     kinds = ["plain_keras", "sok_lite", "floor"]
     results: dict = {k: [] for k in kinds}
@@ -116,7 +125,7 @@ def main(argv=None):
         for kind in kinds if repeat % 2 == 0 else kinds[::-1]:
             results[kind].append(run(kind, data, args.epochs))
             keras.backend.clear_session()
-    summary = {}
+    summary: dict = {"autotune": args.autotune}
     for kind in kinds:
         totals = [r["total_s"] for r in results[kind]]
         firsts = [r["first_step_s"] for r in results[kind]]

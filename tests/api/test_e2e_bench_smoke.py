@@ -21,15 +21,18 @@ def test_e2e_bench_times_every_model(tmp_path):
     result, stdout = run_bench(tmp_path)
     assert set(result["models"]) == MODELS
     assert all(m["step_ms"] > 0 and m["samples_per_s"] > 0 for m in result["models"].values())
-    assert result["features"] == 3 and result["batch"] == 64
+    assert result["features"] == 3 and result["batch"] == 64 and result["autotune"] == "on"
     assert "speed-up of sok_lite_static over plain Keras" in stdout
     assert "transparent huge pages: " in stdout and "update: unfused" in stdout
 
 
-def test_e2e_bench_ragged_multi_hot_and_one_table_kind(tmp_path):
-    result, _ = run_bench(tmp_path, "--multi-hot", "4", "--tables", "dynamic")
+def test_e2e_bench_ragged_multi_hot_one_table_kind_no_autotuning(tmp_path):
+    result, stdout = run_bench(
+        tmp_path, "--multi-hot", "4", "--tables", "dynamic", "--autotune", "off"
+    )
     assert set(result["models"]) == MODELS - {"sok_lite_static"}
     assert result["multi_hot"] == 4 and result["multi_hot_input"] == "ragged"
+    assert result["autotune"] == "off" and "tf.data autotuning off" in stdout
 
 
 def test_e2e_bench_deeprec_model_under_mixed_precision(tmp_path):
