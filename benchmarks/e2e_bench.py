@@ -3,7 +3,7 @@
 Usage: python benchmarks/e2e_bench.py [--model criteo-dlrm|deeprec-dlrm] [--scale 1.0]
          [--tables static|dynamic|both] [--features 26] [--batch N] [--multi-hot 0]
          [--precisions float32 mixed_bfloat16 ...] [--models ...] [--autotune on|off]
-         [--json PATH]
+         [--warm-steps N] [--json PATH]
 
 The workload (benchmarks/e2e_models.py): 13 dense inputs, `--features` categorical features of
 one id each, Zipf(1.1) ids, d = 16, Adam. `--model criteo-dlrm` (default): Criteo-like tables
@@ -74,9 +74,11 @@ class Runner:
         self.block_ms = []
         self.step_s = None
 
-    def run_block(self, block_seconds, min_steps):
-        if self.step_s is None:  # first block: compile, then measure one step
+    def run_block(self, block_seconds, min_steps, warm_steps=0):
+        if self.step_s is None:  # first block: compile, warm up, then measure one step
             self._fit(2)
+            if warm_steps:
+                self._fit(warm_steps)
             start = time.perf_counter()
             self._fit(2)
             self.step_s = (time.perf_counter() - start) / 2
@@ -123,6 +125,13 @@ def parse_args(argv=None):
     p.add_argument("--block-seconds", type=float, default=4.0)
     p.add_argument("--min-steps", type=int, default=3)
     p.add_argument("--autotune", choices=["on", "off"], default="on", help=AUTOTUNE_HELP)
+    p.add_argument(
+        "--warm-steps",
+        type=int,
+        default=0,
+        help="untimed steps of each model before its first block (--distinct-batches of them: "
+        "the hash tables have inserted every key of the cycled batches before the timing)",
+    )
     p.add_argument("--json", help="also write the results to this JSON file")
     return p.parse_args(argv)
 
@@ -160,7 +169,7 @@ def main(argv=None):
         for kind in chosen_models(args)
     ]
     for r in runners:
-        r.run_block(args.block_seconds, args.min_steps)
+        r.run_block(args.block_seconds, args.min_steps, args.warm_steps)
     for _ in range(args.rounds):
         for r in runners:
             r.run_block(args.block_seconds, args.min_steps)
@@ -208,6 +217,7 @@ def main(argv=None):
             "batch": args.batch,
             "embedding_dim": 16,
             "autotune": args.autotune,
+            "warm_steps": args.warm_steps,
             "command": "python " + " ".join(sys.argv),
             "models": results,
         }

@@ -28,11 +28,20 @@ def test_e2e_bench_times_every_model(tmp_path):
 
 def test_e2e_bench_ragged_multi_hot_one_table_kind_no_autotuning(tmp_path):
     result, stdout = run_bench(
-        tmp_path, "--multi-hot", "4", "--tables", "dynamic", "--autotune", "off"
+        tmp_path,
+        "--multi-hot",
+        "4",
+        "--tables",
+        "dynamic",
+        "--autotune",
+        "off",
+        "--warm-steps",
+        "4",
     )
     assert set(result["models"]) == MODELS - {"sok_lite_static"}
     assert result["multi_hot"] == 4 and result["multi_hot_input"] == "ragged"
     assert result["autotune"] == "off" and "tf.data autotuning off" in stdout
+    assert result["warm_steps"] == 4
 
 
 def test_e2e_bench_deeprec_model_under_mixed_precision(tmp_path):
