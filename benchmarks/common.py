@@ -48,11 +48,17 @@ def memory_setting() -> str:
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-AUTOTUNE_HELP = (
-    "tf.data autotuning of the input pipeline, the same for every model (on: TensorFlow's "
-    "default; off: no autotuning thread, whose slow mode makes some fit calls 40-70%% slower on "
-    "2 cores whatever the model: docs/benchmarks.md)"
-)
+
+def add_autotune_option(parser) -> None:
+    """--autotune on|off on an argparse parser, for with_autotune."""
+    parser.add_argument(
+        "--autotune",
+        choices=["on", "off"],
+        default="on",
+        help="tf.data autotuning of the input pipeline, the same for every model (on: "
+        "TensorFlow's default; off: no autotuning thread, whose slow mode makes some fit calls "
+        "40-70%% slower on 2 cores whatever the model: docs/benchmarks.md)",
+    )
 
 
 def with_autotune(dataset, autotune: str):

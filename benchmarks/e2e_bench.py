@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from common import AUTOTUNE_HELP, memory_setting, with_autotune  # noqa: E402
+from common import add_autotune_option, memory_setting, with_autotune  # noqa: E402
 from e2e_models import (  # noqa: E402
     ARCHITECTURES,
     MODELS,
@@ -76,9 +76,7 @@ class Runner:
 
     def run_block(self, block_seconds, min_steps, warm_steps=0):
         if self.step_s is None:  # first block: compile, warm up, then measure one step
-            self._fit(2)
-            if warm_steps:
-                self._fit(warm_steps)
+            self._fit(2 + warm_steps)
             start = time.perf_counter()
             self._fit(2)
             self.step_s = (time.perf_counter() - start) / 2
@@ -124,7 +122,7 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--block-seconds", type=float, default=4.0)
     p.add_argument("--min-steps", type=int, default=3)
-    p.add_argument("--autotune", choices=["on", "off"], default="on", help=AUTOTUNE_HELP)
+    add_autotune_option(p)
     p.add_argument(
         "--warm-steps",
         type=int,

@@ -28,7 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from common import AUTOTUNE_HELP, memory_setting, with_autotune  # noqa: E402
+from common import add_autotune_option, memory_setting, with_autotune  # noqa: E402
 
 import sok_lite as sok  # noqa: E402
 
@@ -97,12 +97,7 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batch", type=int, default=512)
-    p.add_argument(
-        "--autotune",
-        choices=["on", "off"],
-        default="on",
-        help=AUTOTUNE_HELP,
-    )
+    add_autotune_option(p)
     p.add_argument("--json", help="also write the results to this JSON file")
     return p.parse_args(argv)
 
