@@ -177,7 +177,12 @@ def main(argv=None):
     for r in runners:
         ms = float(np.median(r.block_ms))
         rate = args.batch / ms * 1e3
-        results[r.kind] = {"step_ms": ms, "samples_per_s": rate, "per_core": rate / cores}
+        results[r.kind] = {
+            "step_ms": ms,
+            "samples_per_s": rate,
+            "per_core": rate / cores,
+            "block_ms": [round(b, 3) for b in r.block_ms],
+        }
         if r.kind.split("@")[0] == "floor":
             floors[r.precision] = ms
     print(f"{'model':<32s} {'ms/step':>9s} {'samples/s':>11s} {'per core':>9s} {'- floor':>10s}")

@@ -21,6 +21,7 @@ def test_e2e_bench_times_every_model(tmp_path):
     result, stdout = run_bench(tmp_path)
     assert set(result["models"]) == MODELS
     assert all(m["step_ms"] > 0 and m["samples_per_s"] > 0 for m in result["models"].values())
+    assert all(len(m["block_ms"]) == 1 for m in result["models"].values())  # one per round
     assert result["features"] == 3 and result["batch"] == 64 and result["autotune"] == "on"
     assert "speed-up of sok_lite_static over plain Keras" in stdout
     assert "transparent huge pages: " in stdout and "update: unfused" in stdout
