@@ -22,6 +22,7 @@ def test_e2e_bench_times_every_model(tmp_path):
     assert set(result["models"]) == MODELS
     assert all(m["step_ms"] > 0 and m["samples_per_s"] > 0 for m in result["models"].values())
     assert all(len(m["block_ms"]) == 1 for m in result["models"].values())  # one per round
+    assert result["models"]["floor"]["over_floor"] == 1.0
     assert result["features"] == 3 and result["batch"] == 64 and result["autotune"] == "on"
     assert "speed-up of sok_lite_static over plain Keras" in stdout
     assert "transparent huge pages: " in stdout and "update: unfused" in stdout
@@ -51,6 +52,7 @@ def test_e2e_bench_deeprec_model_under_mixed_precision(tmp_path):
     )
     mixed = {f"{m}@mixed_bfloat16" for m in MODELS}
     assert set(result["models"]) == MODELS | mixed
+    assert result["models"]["floor@mixed_bfloat16"]["over_floor"] == 1.0  # its own floor
     assert result["model"] == "deeprec-dlrm" and result["cores"] >= 1
     assert "speed-up of sok_lite_static@mixed_bfloat16 over plain Keras" in stdout
     assert "DeepRec's published figure" in stdout
