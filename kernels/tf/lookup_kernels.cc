@@ -70,10 +70,11 @@ class UniqueIdsFunctor<CPUDevice> {
 template <>
 absl::Status GatherIndexCheck<CPUDevice>::Run(OpKernelContext* ctx, const int64_t* indices,
                                               int64_t u, int64_t num_rows, bool* found,
-                                              int64_t* value) {
+                                              int64_t* position, int64_t* value) {
   for (int64_t i = 0; i < u; ++i) {
     if (indices[i] < 0 || indices[i] >= num_rows) {
       *found = true;
+      *position = i;
       *value = indices[i];
       return absl::OkStatus();
     }

@@ -46,11 +46,11 @@ struct UniqueIdsTables {
 template <typename Device>
 class UniqueIdsFunctor;
 
-// The first of u indices outside [0, num_rows): *found, and its value.
+// The first of u indices outside [0, num_rows): *found, its position and its value.
 template <typename Device>
 struct GatherIndexCheck {
   static absl::Status Run(tensorflow::OpKernelContext* ctx, const int64_t* indices, int64_t u,
-                          int64_t num_rows, bool* found, int64_t* value);
+                          int64_t num_rows, bool* found, int64_t* position, int64_t* value);
 };
 
 // rows[i, :] = table[indices[i], :] for i < u (indices checked), converted from the table's
@@ -193,6 +193,7 @@ class GatherRowsOp : public tensorflow::OpKernel {
  public:
   explicit GatherRowsOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("table_names", &names_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("per_sample", &per_sample_));
   }
 
   void Compute(tensorflow::OpKernelContext* ctx) override {
@@ -221,11 +222,12 @@ class GatherRowsOp : public tensorflow::OpKernel {
       // table, and the variable is not switched to copy-on-read mode. Later writers on the GPU
       // run on the same stream.
       tensorflow::tf_shared_lock lock(*var->mu());
-      OP_REQUIRES_OK(ctx, ForTableType<Device, T>(
-                              var->tensor()->dtype(), label, [&](auto stored) -> absl::Status {
-                                using Stored = typename decltype(stored)::type;
-                                return Gather<Stored>(ctx, var, indices[t], label, t, &rows_out);
-                              }));
+      OP_REQUIRES_OK(
+          ctx,
+          ForTableType<Device, T>(var->tensor()->dtype(), label, [&](auto stored) -> absl::Status {
+            using Stored = typename decltype(stored)::type;
+            return Gather<Stored>(ctx, var, indices[t], label, t, per_sample_, &rows_out);
+          }));
     }
   }
 
@@ -233,15 +235,20 @@ class GatherRowsOp : public tensorflow::OpKernel {
   template <typename Stored>
   static absl::Status Gather(tensorflow::OpKernelContext* ctx, tensorflow::Var* var,
                              const tensorflow::Tensor& indices, const std::string& label, int t,
-                             tensorflow::OpOutputList* rows_out) {
+                             bool per_sample, tensorflow::OpOutputList* rows_out) {
     TF_RETURN_IF_ERROR(CheckTable<Stored>(var, label));
     const tensorflow::Tensor& table = *var->tensor();
     const int64_t num_rows = table.dim_size(0), dim = table.dim_size(1);
     const int64_t u = indices.NumElements();
     const int64_t* idx = indices.flat<int64_t>().data();
     bool found = false;
-    int64_t bad = 0;
-    TF_RETURN_IF_ERROR(GatherIndexCheck<Device>::Run(ctx, idx, u, num_rows, &found, &bad));
+    int64_t position = 0, bad = 0;
+    TF_RETURN_IF_ERROR(
+        GatherIndexCheck<Device>::Run(ctx, idx, u, num_rows, &found, &position, &bad));
+    if (found && per_sample) {  // worded as the lookup's id check (CheckIds) words it
+      return tensorflow::errors::InvalidArgument(label, ": id ", bad, " of sample ", position,
+                                                 " is out of range [0, ", num_rows, ")");
+    }
     if (found) {
       return tensorflow::errors::InvalidArgument(label, ": row ", bad, " is out of range [0, ",
                                                  num_rows, ")");
@@ -255,6 +262,7 @@ class GatherRowsOp : public tensorflow::OpKernel {
   }
 
   std::vector<std::string> names_;
+  bool per_sample_ = false;  // indices are the ids of samples of one id each
 };
 
 // The inputs and outputs of a segment-combine op: `values` (rows, or grads) and the segments.

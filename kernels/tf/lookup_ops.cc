@@ -179,12 +179,16 @@ REGISTER_OP("SokLiteGatherRows")
     .Attr("N: int >= 1")
     .Attr("dtype: {float, double}")
     .Attr("table_names: list(string)")
+    .Attr("per_sample: bool = false")
     .SetShapeFn(GatherRowsShape)
     .Doc(R"doc(
 Reads rows of N resource variables in place, under each variable's lock (no copy of the table).
 
 dtype: the dtype of the rows read. The variables hold dtype, or for float also bfloat16 or
   float16 (16-bit tables), whose rows are widened to float32 as they are copied.
+per_sample: indices are the ids of samples that have one id each (the rows are then the
+  lookup's output): an id out of range is named with its sample, and the gradient sums each
+  id's rows into one (sok_lite/ops/lookup_ops.py).
 )doc");
 
 REGISTER_OP("SokLiteSegmentCombine")

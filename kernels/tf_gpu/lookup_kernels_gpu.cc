@@ -120,7 +120,7 @@ class UniqueIdsFunctor<GPUDevice> {
 template <>
 absl::Status GatherIndexCheck<GPUDevice>::Run(OpKernelContext* ctx, const int64_t* indices,
                                               int64_t u, int64_t num_rows, bool* found,
-                                              int64_t* value) {
+                                              int64_t* position, int64_t* value) {
   // The indices as one sample, so check_ragged checks their range.
   Tensor splits_t, bad_t;
   int64_t* splits = nullptr;
@@ -135,6 +135,7 @@ absl::Status GatherIndexCheck<GPUDevice>::Run(OpKernelContext* ctx, const int64_
   constexpr uint64_t kPassed = ~uint64_t{0};
   *found = host[2] != kPassed;  // the id range check
   if (!*found) return absl::OkStatus();
+  *position = static_cast<int64_t>(host[2]);
   return ValueAt(ctx, indices + host[2], value);  // error path only: a second wait
 }
 

@@ -25,7 +25,7 @@ from sok_lite.keras.features import (
     table_dtype,
     table_specs,
 )
-from sok_lite.keras.inputs import as_id_lists, as_weighted_id_lists, check_weight_spec
+from sok_lite.keras.inputs import as_id_lists, as_weighted_id_lists, check_weight_spec, lookup_ids
 from sok_lite.keras.tables import (
     check_weight,
     create_table,
@@ -114,7 +114,10 @@ class _TableLayer(keras.layers.Layer):
         """inputs: the ids per feature; weights: None, or per feature None or its per-id
         weights."""
         weights = [None] * len(features) if weights is None else weights
-        lists = [self._id_lists(x, w, f) for x, w, f in zip(inputs, weights, features)]
+        lists = [
+            lookup_ids(x, w, f.pad_value, self._label(f))
+            for x, w, f in zip(inputs, weights, features)
+        ]
         ids = [x for x, _ in lists]
         if _shape_trace_without_replica():
             return [self._placeholder_output(x, f) for x, f in zip(ids, features)]
@@ -140,7 +143,9 @@ class _TableLayer(keras.layers.Layer):
         return f"layer {self.name!r}, feature {feature.name!r}"
 
     def _placeholder_output(self, ids: Ids, feature: FeatureSpec) -> tf.Tensor:
-        rows = ids.dense_shape[0] if isinstance(ids, tf.SparseTensor) else ids.nrows()
+        rows = ids.dense_shape[0] if isinstance(ids, tf.SparseTensor) else None
+        rows = ids.nrows() if isinstance(ids, tf.RaggedTensor) else rows
+        rows = tf.shape(ids, out_type=tf.int64)[0] if rows is None else rows
         if ids.shape[0] is not None:
             rows = ids.shape[0]
         return tf.zeros(tf.stack([rows, feature.output_dim]), self.compute_dtype)

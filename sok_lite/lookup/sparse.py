@@ -169,7 +169,25 @@ def lookup_sparse(
             variable_accessed(var)
         outputs = [None] * n
         fused = [t for t, v in enumerate(params) if _fused_lookup(v, communicator.num_ranks)]
-        rest = [t for t in range(n) if t not in fused]
+        one_id = [
+            t
+            for t in range(n)
+            if t not in fused
+            and weights[t] is None
+            and _one_id_per_sample(params[t], sp_ids[t], communicator.num_ranks)
+        ]
+        rest = [t for t in range(n) if t not in fused and t not in one_id]
+        if one_id:
+            with tf.control_dependencies(checks):
+                rows = _rows_per_sample(
+                    [params[t] for t in one_id],
+                    [ids[t] for t in one_id],
+                    [labels[t] for t in one_id],
+                )
+            for t, out in zip(one_id, rows):
+                outputs[t] = out
+            # A hash table stores keys only once every other table's ids are checked.
+            checks = checks + list(rows)
         if rest:
 
             def pick(values: Sequence[_T]) -> list[_T]:
@@ -237,6 +255,42 @@ def _hotness_check(splits: tf.Tensor, hotness: int, label: str) -> tf.Operation:
         tf.constant(hotness, tf.int64),
         message=f"{label}: a sample has more ids than its hotness {hotness}",
     )
+
+
+def _one_id_per_sample(var: Table, x: Ids, num_ranks: int) -> bool:
+    """Whether the table's output is its rows of the ids as they come: one rank, rows read in
+    place (sok_lite.Variable, resource tf.Variable) and dense ids of one id a sample, which
+    every combiner returns as they are. The rows are then read straight into the output,
+    without a deduplication first (it moves into the gradient, which stays deduplicated)."""
+    return (
+        num_ranks == 1
+        and _reader(var) is read_rows
+        and isinstance(x, tf.Tensor)
+        and x.shape.rank == 2
+        and x.shape[1] == 1
+    )
+
+
+def _rows_per_sample(
+    params: Sequence[Table], ids: Sequence[tf.Tensor], labels: Sequence[str]
+) -> list[tf.Tensor]:
+    """The outputs [batch, dim] of tables whose samples each have one id (_one_id_per_sample):
+    their rows, read in one op per row dtype, checked against the tables' rows."""
+    groups: dict[tf.DType, list[int]] = {}
+    for t, var in enumerate(params):
+        groups.setdefault(row_dtype(var.dtype), []).append(t)
+    rows = [None] * len(params)
+    for dtype, group in groups.items():
+        found = lookup_ops.gather_rows(
+            [params[t].handle for t in group],
+            [ids[t] for t in group],
+            dtype,
+            [labels[t] for t in group],
+            per_sample=True,
+        )
+        for t, r in zip(group, found):
+            rows[t] = r
+    return rows
 
 
 def _fused_lookup(var: Table, num_ranks: int) -> bool:

@@ -48,10 +48,16 @@ def gather_rows(
     indices: list[tf.Tensor],
     dtype: tf.DType,
     table_names: list[str],
+    per_sample: bool = False,
     name: str | None = None,
 ) -> list[tf.Tensor]:
     """Reads rows `indices[t]` of resource variable `handles[t]` in place; list of [u_t, dim_t]
-    of `dtype` (float32 for bfloat16 / float16 variables: their rows are widened as read)."""
+    of `dtype` (float32 for bfloat16 / float16 variables: their rows are widened as read).
+
+    per_sample: the indices are the ids of samples that have one id each, so the rows are the
+    lookup's output: an id out of range is named with its sample, and the gradient of a table
+    is deduplicated (one summed row per distinct id) as the deduplicated lookup's is.
+    """
     return run_op("gather_rows", locals())
 
 
@@ -90,6 +96,8 @@ def _gather_rows_grad(op, *grads):
     n = _num_tables(op)
     inputs = inputs_by_name(op)
     handles, indices = inputs["handles"], inputs["indices"]
+    if op.get_attr("per_sample"):
+        grads, indices = _summed_per_id(op, indices, grads)
     slices = []
     for handle, idx, grad in zip(handles, indices, grads):
         dense_shape = tf.raw_ops.VariableShape(input=handle, out_type=tf.int64)
@@ -97,6 +105,31 @@ def _gather_rows_grad(op, *grads):
         # backward function of a tf.function differentiated from outside.
         slices.append(tf.IndexedSlices(grad, tf.identity(idx), dense_shape))
     return slices + [None] * n
+
+
+def _summed_per_id(op, ids: list, grads) -> tuple[list, list]:
+    """The gradients of a per-sample gather (one id a sample), one summed row per distinct id,
+    with the ops and order of the deduplicated lookup (unique ids, then the combine gradient of
+    one-id samples): the same values, bit for bit. The deduplication reads only the ids, so it
+    can run while the forward pass still does."""
+    names = [name.decode() for name in op.get_attr("table_names")]
+    splits = [tf.range(tf.size(i, out_type=tf.int64) + 1) for i in ids]
+    unique, inverse = unique_ids(ids, splits, [-1] * len(ids), [0] * len(ids), names)
+    num_unique = [tf.size(u, out_type=tf.int64) for u in unique]
+    grads = [
+        tf.zeros_like(out) if g is None else tf.convert_to_tensor(g)
+        for g, out in zip(grads, op.outputs)
+    ]
+    weights = [tf.zeros([0], g.dtype) for g in grads]
+    summed = segment_combine_grad(
+        grads,
+        inverse,
+        splits,
+        weights,
+        num_unique,
+        ["sum"] * len(ids),
+    )
+    return list(summed), list(unique)
 
 
 @tf.RegisterGradient("SokLiteSegmentCombine")
