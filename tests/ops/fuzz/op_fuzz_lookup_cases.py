@@ -127,6 +127,7 @@ def gather_rows(draw):
         "indices": [maybe_wrong_dtype(draw, a) for a in indices],
         "dtype": dtype,
         "table_names": ["a", "b"][: draw(st.integers(0, n_tables))],
+        "per_sample": draw(st.booleans()),  # only the wording of a bad id's error differs
     }
     invalid = next((p for p in problems if p), "")
     return Case("sok_lite_gather_rows", kwargs, draw(st.booleans()), invalid, check)
