@@ -39,18 +39,6 @@ def one_id_a_sample(inputs: tf.Tensor, pad_value: int | None, label: str) -> tf.
     return dense if dense.shape[1] == 1 else None
 
 
-def lookup_ids(
-    inputs: tf.Tensor, weights: tf.Tensor | None, pad_value: int | None, label: str
-) -> tuple[tf.Tensor, tf.Tensor | None]:
-    """(ids, weights or None) of one feature as lookup_sparse takes them: dense ids of one id a
-    sample as they are (one_id_a_sample), any other as id lists (as_id_lists,
-    as_weighted_id_lists)."""
-    if weights is not None:
-        return as_weighted_id_lists(inputs, weights, pad_value, label)
-    one = one_id_a_sample(inputs, pad_value, label)
-    return (as_id_lists(inputs, pad_value, label) if one is None else one), None
-
-
 def as_weighted_id_lists(
     inputs: tf.Tensor, weights: tf.Tensor, pad_value: int | None, label: str
 ) -> tuple[tf.RaggedTensor, tf.RaggedTensor]:

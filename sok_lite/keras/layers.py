@@ -25,7 +25,12 @@ from sok_lite.keras.features import (
     table_dtype,
     table_specs,
 )
-from sok_lite.keras.inputs import as_id_lists, as_weighted_id_lists, check_weight_spec, lookup_ids
+from sok_lite.keras.inputs import (
+    as_id_lists,
+    as_weighted_id_lists,
+    check_weight_spec,
+    one_id_a_sample,
+)
 from sok_lite.keras.tables import (
     check_weight,
     create_table,
@@ -114,10 +119,7 @@ class _TableLayer(keras.layers.Layer):
         """inputs: the ids per feature; weights: None, or per feature None or its per-id
         weights."""
         weights = [None] * len(features) if weights is None else weights
-        lists = [
-            lookup_ids(x, w, f.pad_value, self._label(f))
-            for x, w, f in zip(inputs, weights, features)
-        ]
+        lists = [self._id_lists(x, w, f, one_id=True) for x, w, f in zip(inputs, weights, features)]
         ids = [x for x, _ in lists]
         if _shape_trace_without_replica():
             return [self._placeholder_output(x, f) for x, f in zip(ids, features)]
@@ -131,21 +133,25 @@ class _TableLayer(keras.layers.Layer):
         return [tf.cast(out, self.compute_dtype) for out in outputs]
 
     def _id_lists(
-        self, inputs: Ids, weights: Ids | None, feature: FeatureSpec
-    ) -> tuple[tf.RaggedTensor, tf.RaggedTensor | None]:
-        """(ids, weights or None) of one feature, as lookup_sparse takes them."""
+        self, inputs: Ids, weights: Ids | None, feature: FeatureSpec, one_id: bool = False
+    ) -> tuple[Ids, tf.RaggedTensor | None]:
+        """(ids, weights or None) of one feature for lookup_sparse; one_id: see one_id_a_sample."""
         label = self._label(feature)
         if weights is None:
-            return as_id_lists(inputs, feature.pad_value, label), None
+            one = one_id_a_sample(inputs, feature.pad_value, label) if one_id else None
+            return (as_id_lists(inputs, feature.pad_value, label) if one is None else one), None
         return as_weighted_id_lists(inputs, weights, feature.pad_value, label)
 
     def _label(self, feature: FeatureSpec) -> str:
         return f"layer {self.name!r}, feature {feature.name!r}"
 
     def _placeholder_output(self, ids: Ids, feature: FeatureSpec) -> tf.Tensor:
-        rows = ids.dense_shape[0] if isinstance(ids, tf.SparseTensor) else None
-        rows = ids.nrows() if isinstance(ids, tf.RaggedTensor) else rows
-        rows = tf.shape(ids, out_type=tf.int64)[0] if rows is None else rows
+        if isinstance(ids, tf.SparseTensor):
+            rows = ids.dense_shape[0]
+        elif isinstance(ids, tf.RaggedTensor):
+            rows = ids.nrows()
+        else:  # dense ids of one id a sample
+            rows = tf.shape(ids, out_type=tf.int64)[0]
         if ids.shape[0] is not None:
             rows = ids.shape[0]
         return tf.zeros(tf.stack([rows, feature.output_dim]), self.compute_dtype)

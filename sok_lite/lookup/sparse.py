@@ -276,15 +276,12 @@ def _rows_per_sample(
 ) -> list[tf.Tensor]:
     """The outputs [batch, dim] of tables whose samples each have one id (_one_id_per_sample):
     their rows, read in one op per row dtype, checked against the tables' rows."""
-    groups: dict[tf.DType, list[int]] = {}
-    for t, var in enumerate(params):
-        groups.setdefault(row_dtype(var.dtype), []).append(t)
     rows = [None] * len(params)
-    for dtype, group in groups.items():
+    for group in _dtype_groups(params):
         found = lookup_ops.gather_rows(
             [params[t].handle for t in group],
             [ids[t] for t in group],
-            dtype,
+            row_dtype(params[group[0]].dtype),
             [labels[t] for t in group],
             per_sample=True,
         )
