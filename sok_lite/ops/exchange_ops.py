@@ -4,7 +4,7 @@ the communicator's all-to-alls, and their gradients (layouts in kernels/core/exc
 import tensorflow as tf
 
 from sok_lite._loader import ops as _ops
-from sok_lite.ops.op_inputs import inputs_by_name, op_wrapper, run_op
+from sok_lite.ops.op_inputs import dense_grads, inputs_by_name, op_wrapper, run_op
 
 
 @op_wrapper
@@ -67,10 +67,7 @@ tf.no_gradient("SokLiteReduceForOwner")
 def _unpack_rows_grad(op, *grads):
     inputs = inputs_by_name(op)
     counts, send_pos = inputs["counts"], inputs["send_pos"]
-    grads = [
-        tf.zeros_like(out) if g is None else tf.convert_to_tensor(g)
-        for g, out in zip(grads, op.outputs)
-    ]
+    grads = dense_grads(op, grads)
     packed = _ops().sok_lite_pack_rows(rows=grads, counts=counts, send_pos=send_pos)
     return [packed, None, None]
 

@@ -5,7 +5,7 @@ Each wrapper takes lists (one entry per table) so that a whole step's tables run
 
 import tensorflow as tf
 
-from sok_lite.ops.op_inputs import inputs_by_name, op_wrapper, run_op
+from sok_lite.ops.op_inputs import dense_grads, inputs_by_name, op_wrapper, run_op
 
 
 @op_wrapper
@@ -90,14 +90,6 @@ def _num_tables(op) -> int:
     return op.get_attr("N")
 
 
-def _dense_grads(op, grads) -> list[tf.Tensor]:
-    """The gradients of op's outputs as tensors, zeros for an output the loss does not use."""
-    return [
-        tf.zeros_like(out) if g is None else tf.convert_to_tensor(g)
-        for g, out in zip(grads, op.outputs)
-    ]
-
-
 @tf.RegisterGradient("SokLiteGatherRows")
 def _gather_rows_grad(op, *grads):
     """The gradient of a table is an IndexedSlices over the rows that were read."""
@@ -124,7 +116,7 @@ def _summed_per_id(op, ids: list, grads) -> tuple[list, list]:
     splits = [tf.range(tf.size(i, out_type=tf.int64) + 1) for i in ids]
     unique, inverse = unique_ids(ids, splits, [-1] * len(ids), [0] * len(ids), names)
     num_unique = [tf.size(u, out_type=tf.int64) for u in unique]
-    grads = _dense_grads(op, grads)
+    grads = dense_grads(op, grads)
     weights = [tf.zeros([0], g.dtype) for g in grads]
     summed = segment_combine_grad(
         grads,
@@ -144,7 +136,7 @@ def _segment_combine_grad(op, *grads):
     inputs = inputs_by_name(op)
     rows, inverse = inputs["rows"], inputs["inverse"]
     row_splits, weights = inputs["row_splits"], inputs["weights"]
-    grads = _dense_grads(op, grads)
+    grads = dense_grads(op, grads)
     num_unique = [tf.shape(r, out_type=tf.int64)[0] for r in rows]
     row_grads = segment_combine_grad(
         grads, inverse, row_splits, weights, num_unique, op.get_attr("combiners")

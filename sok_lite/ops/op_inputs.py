@@ -1,6 +1,7 @@
 """An op's arguments by name: a wrapper passes its own to the op (run_op), a gradient function
 reads the op's inputs (inputs_by_name), whose `op.inputs` is flat: a list input (`N * T`)
-takes N places, so positions would restate the op's registration."""
+takes N places, so positions would restate the op's registration; and the gradients of its
+outputs, zeros where the loss uses none (dense_grads)."""
 
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -59,3 +60,11 @@ def inputs_by_name(op) -> dict:
             named[arg.name] = op.inputs[pos]
             pos += 1
     return named
+
+
+def dense_grads(op, grads) -> list[tf.Tensor]:
+    """The gradients of op's outputs as tensors, zeros for an output the loss does not use."""
+    return [
+        tf.zeros_like(out) if g is None else tf.convert_to_tensor(g)
+        for g, out in zip(grads, op.outputs)
+    ]
