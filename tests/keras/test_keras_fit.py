@@ -146,6 +146,54 @@ def test_subclassed_model_builds_inside_fit():
     assert isinstance(model.emb.embeddings, sok.Variable)
 
 
+class CountsTraces(keras.Model):
+    """A functional model that counts how often Keras traces its training step."""
+
+    traces = 0
+
+    def train_step(self, data):
+        type(self).traces += 1  # Python: runs once per trace, not per step
+        return super().train_step(data)
+
+
+def test_fit_traces_the_training_step_once():
+    # Keras builds the optimizer inside the first trace; were the slots made there, tf.function
+    # would trace the whole step a second time to leave their creation out.
+    plain = shared_table_model()
+    CountsTraces.traces = 0
+    model = CountsTraces(plain.inputs, plain.outputs)
+    model.compile(optimizer=OptimizerWrapper(keras.optimizers.Adam(0.05)), loss="mse")
+    history = model.fit(dataset(seed=7), epochs=2, verbose=0, shuffle=False)
+    assert CountsTraces.traces == 1
+    assert model.optimizer.iterations.numpy() == 2 * STEPS
+    assert np.isfinite(history.history["loss"]).all()
+    slots = sok.opt_slots(model.optimizer.inner_optimizer, model.get_layer("emb").embeddings)
+    assert sorted(slots) == ["m", "v"] and all(np.any(s.numpy() != 0) for s in slots.values())
+
+
+def test_a_custom_loop_builds_the_wrapper_in_its_first_trace(float64):
+    model, reference = twin_models()
+    data = dataset(seed=8)
+    optimizer = OptimizerWrapper(keras.optimizers.Adam(0.05))
+    loss_fn = keras.losses.MeanSquaredError()
+    traces = []
+
+    @tf.function(input_signature=list(data.element_spec))
+    def step(x, y):
+        traces.append(1)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    for x, y in data:
+        step(x, y)
+    assert len(traces) == 1 and optimizer.built
+    manual_training(reference, keras.optimizers.Adam(0.05), data, "wrapper")
+    for got, want in zip(model.get_weights(), reference.get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
 def test_a_model_of_tables_only_advances_iterations():
     ids = keras.Input(shape=(None,), dtype="int64", ragged=True)
     model = keras.Model(ids, Embedding(ROWS, 1, name="emb")(ids))
