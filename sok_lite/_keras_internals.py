@@ -133,4 +133,14 @@ def replace_scale_loss(loss_scale_optimizer, scale_loss) -> None:
     object.__setattr__(loss_scale_optimizer, "scale_loss", scale_loss)
 
 
+def replace_build(loss_scale_optimizer, build) -> None:
+    """Makes this one LossScaleOptimizer build itself with `build(var_list)`.
+
+    Its apply() builds it through `self.build` (a private call path) on its first step, inside
+    the trace of the training step under `fit`; set on the instance as replace_finite_check is.
+    """
+    require(_LOSS_SCALING)
+    object.__setattr__(loss_scale_optimizer, "build", build)
+
+
 probe()  # the Keras names, now that Keras is imported (once: probed names are skipped)

@@ -68,6 +68,7 @@ NAMES: dict[str, PrivateName] = {
         PrivateName("keras.optimizers.Optimizer._get_variable_index"),
         PrivateName(f"{_LSO}.check_finite"),
         PrivateName(f"{_LSO}.scale_loss"),
+        PrivateName(f"{_LSO}.build"),
         PrivateName(f"{_SUMMARY_UTILS}.count_params"),
         PrivateName(f"{_SUMMARY_UTILS}.weight_memory_size"),
         PrivateName(f"{_LEGACY}._var_key"),
@@ -111,6 +112,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "mixed-precision loss scaling (keras.optimizers.LossScaleOptimizer)": (
         "keras.optimizers.LossScaleOptimizer.check_finite",
         "keras.optimizers.LossScaleOptimizer.scale_loss",
+        "keras.optimizers.LossScaleOptimizer.build",
         "sys._getframe",
     ),
     "hash tables in sok_lite.keras layers (weight counts of model.summary())": _SUMMARY,

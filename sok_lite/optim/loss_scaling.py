@@ -14,6 +14,10 @@ Two of its parts need help:
   wrapper's own scale_loss (a Horovod subclass's 1 / num_ranks, which makes each rank's loss
   its part of the global mean) would be dropped and every gradient come out num_ranks times too
   large. The wrapper gives it a scale_loss that applies the wrapper's first.
+
+It also builds itself, the wrapper included, on its first step inside the trace of the training
+step: the wrapper has it make its variables outside that trace (eager_build.py), so that `fit`
+traces the step once.
 """
 
 import tensorflow as tf
@@ -21,9 +25,11 @@ import tensorflow as tf
 from sok_lite import comm
 from sok_lite._keras_internals import (
     loss_scale_optimizer_building,
+    replace_build,
     replace_finite_check,
     replace_scale_loss,
 )
+from sok_lite.optim.eager_build import BuildsNow
 
 
 class _FiniteValues:
@@ -61,7 +67,8 @@ class _WrapperScaleFirst:
 
 def adapt_loss_scale_optimizer(wrapper) -> None:
     """If a keras LossScaleOptimizer is wrapping or building `wrapper`, makes its finite check
-    sparse and its scale_loss apply the wrapper's. Called from the LossScaleOptimizer's
+    sparse, its scale_loss apply the wrapper's and its build make variables outside any trace
+    (BuildsNow). Called from the LossScaleOptimizer's
     constructor (through the wrapper's loss_scale_factor, which it turns off) and from its
     build(), so that a LossScaleOptimizer made either way, or restored, is adapted before its
     first step. Adapting one twice changes nothing."""
@@ -74,3 +81,5 @@ def adapt_loss_scale_optimizer(wrapper) -> None:
         replace_scale_loss(
             loss_scale_optimizer, _WrapperScaleFirst(loss_scale_optimizer.scale_loss, wrapper)
         )
+    if not isinstance(loss_scale_optimizer.build, BuildsNow):
+        replace_build(loss_scale_optimizer, BuildsNow(loss_scale_optimizer.build))

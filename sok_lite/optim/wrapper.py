@@ -3,41 +3,18 @@ sok_lite tables row-wise and every other weight through the wrapped Keras optimi
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 
 import keras
 import tensorflow as tf
 
 from sok_lite._keras_internals import built_variables
 from sok_lite.comm.shards import shards_of
+from sok_lite.optim.eager_build import variables_made_now
 from sok_lite.optim.loss_scaling import adapt_loss_scale_optimizer
 from sok_lite.optim.optimizer_rules import WrapsOptimizer, rule_for, unwrap
 from sok_lite.optim.row_wise import GradAndVar, apply_gradients, filter_variables, is_table
 from sok_lite.tables.table_kind import Optimizer
-
-
-def _not_lifted(next_creator: Callable[..., tf.Variable], **kwargs: object) -> tf.Variable:
-    # A tf.variable_creator_scope creator.
-    kwargs["experimental_enable_variable_lifting"] = False
-    return next_creator(**kwargs)
-
-
-@contextlib.contextmanager
-def _variables_made_now() -> Iterator[None]:
-    """Variables created inside are made now, eagerly, even while a tf.function traces.
-
-    Without a distribution strategy, `fit` builds the optimizer while it traces the training
-    step. Slots created there are variables the trace made, so tf.function initializes them
-    through conds and then traces the whole step a second time; made outside the trace, and
-    not recorded as the trace's, they cost neither. Under a strategy Keras builds the optimizer
-    before tracing (in its scope), and this changes nothing.
-    """
-    if not tf.inside_function() or tf.distribute.has_strategy():
-        yield
-        return
-    with tf.init_scope(), tf.variable_creator_scope(_not_lifted):
-        yield
 
 
 @keras.saving.register_keras_serializable(package="sok_lite")
@@ -137,7 +114,7 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
         # experimental_aggregate_gradients: accepted for code written against SOK; ignored.
         pairs = list(grads_and_vars)
         if not self.built:
-            with _variables_made_now():
+            with variables_made_now():
                 self.build([v for _, v in pairs])
         if not pairs:
             return self.iterations

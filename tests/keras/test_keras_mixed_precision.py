@@ -14,6 +14,7 @@ from tests.keras.test_keras_fit import (
     DIM,
     ROWS,
     STEPS,
+    CountsTraces,
     dataset,
     looked_up_tables,
     shared_table_model,
@@ -163,6 +164,22 @@ def test_fit_under_mixed_float16_unscales_table_gradients_as_a_tape_loop_does():
         # float16 (epsilon 2**-10), as bfloat16 above. A gradient left scaled, or unscaled
         # twice, would be off by a factor of 2**15.
         np.testing.assert_allclose(got, want, rtol=2**-10, atol=2**-10 * 0.1)
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_fit_traces_the_training_step_once(policy):
+    # Under mixed_float16 compile puts a LossScaleOptimizer around the wrapper, and Keras builds
+    # both inside the first trace of the step; neither may make its variables there.
+    keras.mixed_precision.set_global_policy(policy)
+    plain = shared_table_model()
+    CountsTraces.traces = 0
+    model = CountsTraces(plain.inputs, plain.outputs)
+    model.compile(optimizer=OptimizerWrapper(keras.optimizers.Adam(0.01)), loss="mse")
+    is_scaled = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert is_scaled == (policy == "mixed_float16")
+    losses = model.fit(dataset(seed=9), epochs=2, verbose=0, shuffle=False).history["loss"]
+    assert CountsTraces.traces == 1
+    assert np.isfinite(losses).all()
 
 
 @pytest.mark.parametrize("make_model_and_data", ["fixed", "hashed"])

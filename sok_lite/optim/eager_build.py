@@ -1,0 +1,42 @@
+"""Building an optimizer while tf.function traces, without the trace owning its variables.
+
+Without a distribution strategy, Keras' `fit` builds the optimizer inside the first trace of the
+training step. Variables created there belong to that trace: tf.function initializes each through
+a `tf.cond` and then traces the whole step a second time to leave their creation out. Made under
+`variables_made_now`, they are created eagerly and the trace is not re-run. Under a strategy
+Keras builds the optimizer before tracing, in the strategy's scope, and this changes nothing.
+"""
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import tensorflow as tf
+
+
+def _not_lifted(next_creator: Callable[..., tf.Variable], **kwargs: object) -> tf.Variable:
+    # A tf.variable_creator_scope creator: the tracing function's own creator, which records the
+    # variable as the trace's, passes a variable that asks not to be lifted straight on.
+    kwargs["experimental_enable_variable_lifting"] = False
+    return next_creator(**kwargs)
+
+
+@contextlib.contextmanager
+def variables_made_now() -> Iterator[None]:
+    """Variables created inside are made now, eagerly, even while a tf.function traces (and
+    where no function traces, or a distribution strategy is in scope, as they would be)."""
+    if not tf.inside_function() or tf.distribute.has_strategy():
+        yield
+        return
+    with tf.init_scope(), tf.variable_creator_scope(_not_lifted):
+        yield
+
+
+class BuildsNow:
+    """An optimizer's build() that makes its variables under variables_made_now."""
+
+    def __init__(self, build: Callable[[list], None]) -> None:
+        self.build = build
+
+    def __call__(self, var_list: list) -> None:
+        with variables_made_now():
+            self.build(var_list)
