@@ -16,8 +16,8 @@ Two of its parts need help:
   large. The wrapper gives it a scale_loss that applies the wrapper's first.
 
 It also builds itself, the wrapper included, on its first step inside the trace of the training
-step: the wrapper has it make its variables outside that trace (eager_build.py), so that `fit`
-traces the step once.
+step: the wrapper has it make its variables outside that trace (eager_build.py), as the wrapper's
+own build does, so that `fit` traces the step once.
 """
 
 import tensorflow as tf
@@ -68,10 +68,10 @@ class _WrapperScaleFirst:
 def adapt_loss_scale_optimizer(wrapper) -> None:
     """If a keras LossScaleOptimizer is wrapping or building `wrapper`, makes its finite check
     sparse, its scale_loss apply the wrapper's and its build make variables outside any trace
-    (BuildsNow). Called from the LossScaleOptimizer's
-    constructor (through the wrapper's loss_scale_factor, which it turns off) and from its
-    build(), so that a LossScaleOptimizer made either way, or restored, is adapted before its
-    first step. Adapting one twice changes nothing."""
+    (BuildsNow). Called from the LossScaleOptimizer's constructor (through the wrapper's
+    loss_scale_factor, which it turns off) and from its build(), so that a LossScaleOptimizer
+    made either way, or restored, is adapted before its first step. Adapting one twice changes
+    nothing."""
     loss_scale_optimizer = loss_scale_optimizer_building(wrapper)
     if loss_scale_optimizer is None:
         return

@@ -87,6 +87,12 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
 
     def build(self, variables: list[tf.Variable]) -> None:
         adapt_loss_scale_optimizer(self)  # when a LossScaleOptimizer is building this one
+        # Keras builds the optimizer inside the first trace of the training step (fit without a
+        # strategy): its variables are made outside that trace, which then runs once.
+        with variables_made_now():
+            self._build(variables)
+
+    def _build(self, variables: list[tf.Variable]) -> None:
         tables, dense = filter_variables(variables)
         self.inner_optimizer.build(dense)
         # The row-wise slots of fixed-size tables are created now rather than on the first
@@ -114,8 +120,7 @@ class OptimizerWrapper(keras.optimizers.Optimizer, WrapsOptimizer):
         # experimental_aggregate_gradients: accepted for code written against SOK; ignored.
         pairs = list(grads_and_vars)
         if not self.built:
-            with variables_made_now():
-                self.build([v for _, v in pairs])
+            self.build([v for _, v in pairs])
         if not pairs:
             return self.iterations
         return apply_gradients(

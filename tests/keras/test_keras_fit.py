@@ -156,17 +156,23 @@ class CountsTraces(keras.Model):
         return super().train_step(data)
 
 
-def test_fit_traces_the_training_step_once():
-    # Keras builds the optimizer inside the first trace; were the slots made there, tf.function
-    # would trace the whole step a second time to leave their creation out.
+def fit_counting_traces(seed):
+    """(model, losses, traces of its training step) of 2 epochs of fit with the wrapped Adam."""
     plain = shared_table_model()
     CountsTraces.traces = 0
     model = CountsTraces(plain.inputs, plain.outputs)
     model.compile(optimizer=OptimizerWrapper(keras.optimizers.Adam(0.05)), loss="mse")
-    history = model.fit(dataset(seed=7), epochs=2, verbose=0, shuffle=False)
-    assert CountsTraces.traces == 1
+    losses = model.fit(dataset(seed), epochs=2, verbose=0, shuffle=False).history["loss"]
+    return model, losses, CountsTraces.traces
+
+
+def test_fit_traces_the_training_step_once():
+    # Keras builds the optimizer inside the first trace; were the slots made there, tf.function
+    # would trace the whole step a second time to leave their creation out.
+    model, losses, traces = fit_counting_traces(seed=7)
+    assert traces == 1
     assert model.optimizer.iterations.numpy() == 2 * STEPS
-    assert np.isfinite(history.history["loss"]).all()
+    assert np.isfinite(losses).all()
     slots = sok.opt_slots(model.optimizer.inner_optimizer, model.get_layer("emb").embeddings)
     assert sorted(slots) == ["m", "v"] and all(np.any(s.numpy() != 0) for s in slots.values())
 

@@ -14,8 +14,8 @@ from tests.keras.test_keras_fit import (
     DIM,
     ROWS,
     STEPS,
-    CountsTraces,
     dataset,
+    fit_counting_traces,
     looked_up_tables,
     shared_table_model,
 )
@@ -171,14 +171,10 @@ def test_fit_traces_the_training_step_once(policy):
     # Under mixed_float16 compile puts a LossScaleOptimizer around the wrapper, and Keras builds
     # both inside the first trace of the step; neither may make its variables there.
     keras.mixed_precision.set_global_policy(policy)
-    plain = shared_table_model()
-    CountsTraces.traces = 0
-    model = CountsTraces(plain.inputs, plain.outputs)
-    model.compile(optimizer=OptimizerWrapper(keras.optimizers.Adam(0.01)), loss="mse")
+    model, losses, traces = fit_counting_traces(seed=9)
     is_scaled = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     assert is_scaled == (policy == "mixed_float16")
-    losses = model.fit(dataset(seed=9), epochs=2, verbose=0, shuffle=False).history["loss"]
-    assert CountsTraces.traces == 1
+    assert traces == 1
     assert np.isfinite(losses).all()
 
 
