@@ -1,7 +1,7 @@
 """Small real tables under model.fit: sok_lite against plain Keras, tracing included.
 
 Usage: python benchmarks/small_tables_bench.py [--epochs 5] [--repeats 3] [--autotune on|off]
-                                              [--json PATH]
+                                              [--loop fit|custom] [--json PATH]
 
 The workload has the shape of MovieLens-100k: 943 users, 1,682 items, 100,000 ratings whose
 users and items follow Zipf-like popularity (synthetic: the machines have no dataset download).
@@ -16,6 +16,11 @@ loss and optimizer, with each embedding replaced by a Dense(32) of its id (cast 
 step with no table at all. Plain Keras time over the floor's shows how much of the step the
 tables are: the rest is the per-step and per-trace cost of Keras' loop and of the dense layers,
 which no table changes.
+
+`--loop custom` trains each model with a custom loop instead: a tf.function step (GradientTape,
+then the optimizer's apply_gradients) called on every batch. sok_lite's side applies a plain
+Keras Adam inside `sok.OptimizerScope(tables)`, the others as Keras users write it. The number
+of times each side's step was traced is printed beside its time.
 """
 
 import argparse
@@ -48,7 +53,7 @@ def ratings(seed: int = 0) -> tuple[dict, np.ndarray]:
     return x, y
 
 
-def build(kind: str) -> keras.Model:
+def build(kind: str, loop: str = "fit") -> keras.Model:
     inputs = {name: keras.Input(shape=(), dtype="int64", name=name) for name in ("user", "item")}
     if kind == "floor":
 
@@ -69,7 +74,9 @@ def build(kind: str) -> keras.Model:
             sok.keras.FeatureSpec("item", input_dim=ITEMS, output_dim=DIM),
         ]
         user, item = sok.keras.EmbeddingCollection(specs)([inputs["user"], inputs["item"]])
-        optimizer = sok.keras.OptimizerWrapper(keras.optimizers.Adam(1e-3))
+        optimizer = keras.optimizers.Adam(1e-3)
+        if loop == "fit":  # a custom loop routes the tables with sok.OptimizerScope instead
+            optimizer = sok.keras.OptimizerWrapper(optimizer)
     h = keras.layers.Concatenate()([user, item])
     h = keras.layers.Dense(64, activation="relu")(h)
     model = keras.Model(inputs, keras.layers.Dense(1)(h))
@@ -77,10 +84,42 @@ def build(kind: str) -> keras.Model:
     return model
 
 
-def run(kind: str, data: tf.data.Dataset, epochs: int) -> dict:
-    """Seconds of a fresh model's fit, and how much of it the first step took."""
-    model = build(kind)
+def custom_loop(model: keras.Model, data: tf.data.Dataset, epochs: int, first: dict) -> int:
+    """Trains `model` with a tf.function step of its own; returns how often it was traced."""
+    optimizer, loss_fn = model.optimizer, keras.losses.MeanSquaredError()
+    tables, _ = sok.filter_variables(model.trainable_variables)
+    traces = []
+
+    @tf.function
+    def step(x, y):
+        traces.append(1)
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        weights = model.trainable_variables
+        grads = tape.gradient(loss, weights)
+        if tables:
+            with sok.OptimizerScope(tables):
+                optimizer.apply_gradients(zip(grads, weights))
+        else:
+            optimizer.apply_gradients(zip(grads, weights))
+        return loss
+
+    for _ in range(epochs):
+        for x, y in data:
+            step(x, y)
+            first.setdefault("t", time.perf_counter())
+    return len(traces)
+
+
+def run(kind: str, data: tf.data.Dataset, epochs: int, loop: str = "fit") -> dict:
+    """Seconds of a fresh model's training, and how much of it the first step took."""
+    model = build(kind, loop)
     first = {}
+    if loop == "custom":
+        start = time.perf_counter()
+        traces = custom_loop(model, data, epochs, first)
+        total = time.perf_counter() - start
+        return {"total_s": total, "first_step_s": first["t"] - start, "traces": traces}
 
     class FirstStep(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -98,6 +137,12 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batch", type=int, default=512)
     add_autotune_option(p)
+    p.add_argument(
+        "--loop",
+        choices=["fit", "custom"],
+        default="fit",
+        help="train with model.fit, or with a tf.function step of each model's own",
+    )
     p.add_argument("--json", help="also write the results to this JSON file")
     return p.parse_args(argv)
 
@@ -112,15 +157,15 @@ def main(argv=None):
     print(
         f"small tables: {USERS} users, {ITEMS} items, d={DIM}, batch {args.batch}, "
         f"{args.epochs} epochs of {steps} steps, fresh models, tracing included, "
-        f"tf.data autotuning {args.autotune}"
+        f"tf.data autotuning {args.autotune}, {args.loop} loop"
     )
     kinds = ["plain_keras", "sok_lite", "floor"]
     results: dict = {k: [] for k in kinds}
     for repeat in range(args.repeats):
         for kind in kinds if repeat % 2 == 0 else kinds[::-1]:
-            results[kind].append(run(kind, data, args.epochs))
+            results[kind].append(run(kind, data, args.epochs, args.loop))
             keras.backend.clear_session()
-    summary: dict = {"autotune": args.autotune}
+    summary: dict = {"autotune": args.autotune, "loop": args.loop}
     for kind in kinds:
         totals = [r["total_s"] for r in results[kind]]
         firsts = [r["first_step_s"] for r in results[kind]]
@@ -130,10 +175,14 @@ def main(argv=None):
             "median_total_s": float(np.median(totals)),
             "median_first_step_s": float(np.median(firsts)),
         }
+        traces = ""
+        if args.loop == "custom":
+            summary[kind]["traces"] = [r["traces"] for r in results[kind]]
+            traces = f", step traced {results[kind][0]['traces']} times"
         print(
-            f"  {kind:12s} fit {np.median(totals):6.2f} s (runs "
+            f"  {kind:12s} {args.loop} {np.median(totals):6.2f} s (runs "
             + ", ".join(f"{t:.2f}" for t in totals)
-            + f"), first step {np.median(firsts):5.2f} s"
+            + f"), first step {np.median(firsts):5.2f} s{traces}"
         )
     ratios = [
         k / s for k, s in zip(summary["plain_keras"]["total_s"], summary["sok_lite"]["total_s"])

@@ -31,6 +31,27 @@ def variables_made_now() -> Iterator[None]:
         yield
 
 
+def _not_lifted_when_eager(
+    next_creator: Callable[..., tf.Variable], **kwargs: object
+) -> tf.Variable:
+    # Under a tf.init_scope inside the trace the variable is made eagerly: it must not be
+    # recorded as the trace's. Variables made in the graph itself are left as they are.
+    if tf.executing_eagerly():
+        kwargs["experimental_enable_variable_lifting"] = False
+    return next_creator(**kwargs)
+
+
+@contextlib.contextmanager
+def init_scope_variables_made_now() -> Iterator[None]:
+    """Variables created inside under a tf.init_scope of their own (as tf_keras optimizers
+    build themselves) are made now, even while a tf.function traces; others as they would be."""
+    if not tf.inside_function() or tf.distribute.has_strategy():
+        yield
+        return
+    with tf.variable_creator_scope(_not_lifted_when_eager):
+        yield
+
+
 class BuildsNow:
     """An optimizer's build() that makes its variables under variables_made_now."""
 

@@ -247,6 +247,14 @@ def legacy_base() -> type[object] | None:
     return base
 
 
+def make_legacy_variables(optimizer: Optimizer) -> None:
+    """Makes a tf_keras legacy optimizer's hyper-parameter variables and step counter, which it
+    creates on their first read (the row-wise step reads them); a no-op for other optimizers."""
+    if is_legacy(optimizer):
+        optimizer._get_hyper("learning_rate")  # creates every hyper-parameter's variable
+        _ = optimizer.iterations
+
+
 def is_legacy(optimizer: Optimizer) -> bool:
     """Whether `optimizer` is a tf_keras legacy one; its rules read names private to tf_keras,
     required here (sok_lite._tf_internals.FEATURES)."""

@@ -14,7 +14,13 @@ from sok_lite import comm
 from sok_lite._errors import table_label
 from sok_lite._tf_internals import check_numerics_enabled
 from sok_lite.comm.shards import ReplicaShards, local_shard
-from sok_lite.optim.optimizer_rules import learning_rate, rule_for, weight_decay
+from sok_lite.optim.eager_build import init_scope_variables_made_now, variables_made_now
+from sok_lite.optim.optimizer_rules import (
+    learning_rate,
+    make_legacy_variables,
+    rule_for,
+    weight_decay,
+)
 from sok_lite.tables.table_dtypes import row_dtype
 from sok_lite.tables.table_kind import Optimizer, TableKind
 
@@ -152,6 +158,24 @@ def _without_global_clipnorm(optimizer: Optimizer, active: bool) -> Iterator[Non
         optimizer.global_clipnorm = saved
 
 
+def _keras_apply_outside_trace(
+    optimizer: Optimizer, dense: list[GradAndVar], keras_apply: KerasApply
+) -> tf.Operation:
+    """keras_apply(optimizer, dense), with the variables the optimizer builds made eagerly.
+
+    A custom loop's tf.function applies the optimizer while it traces the step; variables made
+    there belong to that trace, and tf.function traces the whole step a second time to leave
+    them out. A Keras 3 optimizer is built here first, on the pairs it is given, as its apply()
+    would; tf_keras optimizers build under a tf.init_scope of their own, made eagerly too
+    (see eager_build). So the step traces once.
+    """
+    if isinstance(optimizer, keras.optimizers.Optimizer) and not optimizer.built:
+        with variables_made_now(), keras.name_scope(optimizer.name, caller=optimizer):
+            optimizer.build([v for _, v in dense])
+    with init_scope_variables_made_now():
+        return keras_apply(optimizer, dense)
+
+
 def apply_gradients(
     optimizer: Optimizer,
     grads_and_vars: Iterable[GradAndVar],
@@ -177,7 +201,9 @@ def apply_gradients(
     if not ours:
         if not dense:  # nothing but tables without a gradient: the step still counts
             return optimizer.iterations.assign_add(1)
-        return keras_apply(optimizer, dense)
+        return _keras_apply_outside_trace(optimizer, dense, keras_apply)
+    with variables_made_now():  # not inside the trace: see _keras_apply_outside_trace
+        make_legacy_variables(optimizer)
     rule = rule_for(optimizer)
     ours, dense, clipped_globally = _clip(optimizer, ours, dense)
     hyper = tf.stack([learning_rate(optimizer), weight_decay(optimizer)] + rule.params(optimizer))
@@ -186,5 +212,5 @@ def apply_gradients(
         v.apply_rows(optimizer, rule, g, hyper, step)
     if dense:
         with _without_global_clipnorm(optimizer, clipped_globally):
-            return keras_apply(optimizer, dense)
+            return _keras_apply_outside_trace(optimizer, dense, keras_apply)
     return optimizer.iterations.assign_add(1)

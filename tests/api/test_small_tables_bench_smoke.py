@@ -18,3 +18,15 @@ def test_small_tables_bench_runs_both_sides(tmp_path):
     lines = ("plain Keras / sok_lite", "plain Keras / floor", "transparent huge pages")
     for line in (*lines, "tf.data autotuning off"):
         assert line in proc.stdout
+
+
+def test_small_tables_bench_runs_a_custom_loop(tmp_path):
+    out = tmp_path / "custom.json"
+    args = ["--epochs", "1", "--repeats", "1", "--loop", "custom", "--json", str(out)]
+    proc = run_benchmark("small_tables_bench.py", *args)
+    result = json.loads(out.read_text())
+    assert result["loop"] == "custom"
+    # One trace for the full batches, one for the last, shorter one; sok_lite's optimizer is
+    # built outside the first trace, plain Keras' inside it, which then runs again.
+    assert result["sok_lite"]["traces"] == [2] and result["plain_keras"]["traces"] == [3]
+    assert "step traced 2 times" in proc.stdout and "custom loop" in proc.stdout

@@ -1,5 +1,7 @@
 """model.compile/fit/evaluate/predict with sok_lite.keras.OptimizerWrapper, one process."""
 
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -177,10 +179,16 @@ def test_fit_traces_the_training_step_once():
     assert sorted(slots) == ["m", "v"] and all(np.any(s.numpy() != 0) for s in slots.values())
 
 
-def test_a_custom_loop_builds_the_wrapper_in_its_first_trace(float64):
+@pytest.mark.parametrize("route", ["wrapper", "scope"])
+def test_a_custom_loop_builds_the_optimizer_in_its_first_trace(float64, route):
+    # Keras builds an optimizer inside the trace that first applies it; the wrapper (in its
+    # build) and OptimizerScope (before it hands the dense pairs to Keras) build it eagerly,
+    # so tf.function traces the step once.
     model, reference = twin_models()
     data = dataset(seed=8)
-    optimizer = OptimizerWrapper(keras.optimizers.Adam(0.05))
+    adam = keras.optimizers.Adam(0.05)
+    optimizer = OptimizerWrapper(adam) if route == "wrapper" else adam
+    tables, _ = sok.filter_variables(model.trainable_variables)
     loss_fn = keras.losses.MeanSquaredError()
     traces = []
 
@@ -190,12 +198,13 @@ def test_a_custom_loop_builds_the_wrapper_in_its_first_trace(float64):
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        with sok.OptimizerScope(tables) if route == "scope" else contextlib.nullcontext():
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
 
     for x, y in data:
         step(x, y)
     assert len(traces) == 1 and optimizer.built
-    manual_training(reference, keras.optimizers.Adam(0.05), data, "wrapper")
+    manual_training(reference, keras.optimizers.Adam(0.05), data, route)
     for got, want in zip(model.get_weights(), reference.get_weights(), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
 
