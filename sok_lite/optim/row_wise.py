@@ -21,6 +21,7 @@ from sok_lite.optim.optimizer_rules import (
     rule_for,
     weight_decay,
 )
+from sok_lite.optim.slots import knows_variable
 from sok_lite.tables.table_dtypes import row_dtype
 from sok_lite.tables.table_kind import Optimizer, TableKind
 
@@ -158,6 +159,50 @@ def _without_global_clipnorm(optimizer: Optimizer, active: bool) -> Iterator[Non
         optimizer.global_clipnorm = saved
 
 
+def _check_keras_knows(optimizer: Optimizer, dense: list[GradAndVar]) -> None:
+    """A built Keras 3 optimizer refuses, in its apply(), a variable it was not built with.
+    That is checked before any table row changes, so that the refused call changes nothing."""
+    if not isinstance(optimizer, keras.optimizers.Optimizer) or not optimizer.built:
+        return
+    for _, v in dense:
+        if not knows_variable(optimizer, v):
+            raise ValueError(
+                f"apply_gradients: {type(optimizer).__name__} '{optimizer.name}' was built "
+                f"without variable '{getattr(v, 'path', v.name)}' and applies only the variables "
+                "it was built with (as Keras refuses it); make a new optimizer for a new set of "
+                "variables. Nothing was applied"
+            )
+
+
+def _rows_checked(ours: list[tuple[tf.IndexedSlices, TableKind]]) -> list[tf.Operation]:
+    """Checks the gradient rows of every fixed-size table before anything of the call changes.
+
+    Each table's kernel checks its own rows before it writes, but the tables of one call are
+    updated one after the other (eagerly) or side by side (in a graph), beside Keras' update of
+    the dense weights and the step counter: a row past one table would leave the others
+    updated. Eagerly a bad row raises here; in a graph every update of the call waits for the
+    returned checks. (A hash table's rows are keys: any int64.)
+    """
+    checks = []
+    for g, v in ours:
+        if v.kind != "static":
+            continue
+        rows = int(v.shape[0])
+        low, high = tf.reduce_min(g.indices), tf.reduce_max(g.indices)  # empty: both pass
+        in_range = tf.logical_and(low >= 0, high < rows)
+        label = f"variable '{table_label(v)}'"
+        if tf.executing_eagerly():
+            if not bool(in_range):
+                bad = int(low) if int(low) < 0 else int(high)
+                message = f"{label}: gradient row {bad} is out of range [0, {rows})"
+                raise tf.errors.InvalidArgumentError(None, None, message)
+            continue
+        message = f"{label}: gradient rows must lie in [0, {rows}); got rows from"
+        # The raw op: tf.debugging.Assert would add a cond around it for int64 data.
+        checks.append(tf.raw_ops.Assert(condition=in_range, data=[message, low, "to", high]))
+    return checks
+
+
 def _keras_apply_outside_trace(
     optimizer: Optimizer, dense: list[GradAndVar], keras_apply: KerasApply
 ) -> tf.Operation:
@@ -194,6 +239,7 @@ def apply_gradients(
         if g is not None and is_ours(v)
     ]
     dense = [(g, v) for g, v in pairs if not is_ours(v)]
+    _check_keras_knows(optimizer, dense)
     loss_scale_factor = getattr(optimizer, "loss_scale_factor", None)
     if ours and loss_scale_factor:
         # Keras unscales the other gradients in its own apply(), before clipping.
@@ -205,12 +251,15 @@ def apply_gradients(
     with variables_made_now():  # not inside the trace: see _keras_apply_outside_trace
         make_legacy_variables(optimizer)
     rule = rule_for(optimizer)
-    ours, dense, clipped_globally = _clip(optimizer, ours, dense)
-    hyper = tf.stack([learning_rate(optimizer), weight_decay(optimizer)] + rule.params(optimizer))
-    for g, v in ours:
-        step = tf.cast(optimizer.iterations, tf.int64) + 1
-        v.apply_rows(optimizer, rule, g, hyper, step)
-    if dense:
-        with _without_global_clipnorm(optimizer, clipped_globally):
-            return _keras_apply_outside_trace(optimizer, dense, keras_apply)
-    return optimizer.iterations.assign_add(1)
+    with tf.control_dependencies(_rows_checked(ours)):
+        ours, dense, clipped_globally = _clip(optimizer, ours, dense)
+        hyper = tf.stack(
+            [learning_rate(optimizer), weight_decay(optimizer)] + rule.params(optimizer)
+        )
+        for g, v in ours:
+            step = tf.cast(optimizer.iterations, tf.int64) + 1
+            v.apply_rows(optimizer, rule, g, hyper, step)
+        if dense:
+            with _without_global_clipnorm(optimizer, clipped_globally):
+                return _keras_apply_outside_trace(optimizer, dense, keras_apply)
+        return optimizer.iterations.assign_add(1)

@@ -162,7 +162,7 @@ def stepped_row_wise(optimizer: Optimizer, var: tf.Variable) -> bool:
     return var.ref() in _UPDATED.get(unwrap(optimizer), {})
 
 
-# What keras_slots and knows_table read of a Keras 3 optimizer (sok_lite._tf_internals.FEATURES).
+# What keras_slots and knows_variable read of a Keras 3 optimizer (sok_lite._tf_internals.FEATURES).
 _KERAS_OPTIMIZERS = "Keras optimizers applying tables"
 
 
@@ -187,8 +187,8 @@ def keras_slots(optimizer: Optimizer, var: tf.Variable, rule: RowRule) -> list[t
         return None
 
 
-def knows_table(optimizer: Optimizer, var: tf.Variable) -> bool:
-    """Whether Keras' own optimizer was built with `var` (and so may have applied it)."""
+def knows_variable(optimizer: Optimizer, var: tf.Variable) -> bool:
+    """Whether Keras' own optimizer was built with `var` (a table: and so may have applied it)."""
     optimizer = unwrap(optimizer)
     if is_legacy(optimizer):  # slots of the variables it applied, by variable key
         from tf_keras.src.optimizers.legacy.optimizer_v2 import _var_key
@@ -229,7 +229,7 @@ class TableSlots(OptimizerState):
         optimizer = self._optimizer
         if (
             not stepped_row_wise(optimizer, table)
-            and knows_table(optimizer, table)
+            and knows_variable(optimizer, table)
             and int(optimizer.iterations.numpy()) > since_step
         ):
             # Keras applied this table itself: which rows changed is not recorded.

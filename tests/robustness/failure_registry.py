@@ -41,12 +41,47 @@ class Failure:
     alike_on_every_rank: bool = True
 
 
-def _apply(world: World, grad, wrapper: bool = False) -> None:
+def _apply(world: World, grad, wrapper: bool = False, dense: tuple = ()) -> None:
+    pairs = [(grad, world.table), *dense]
     if wrapper:
-        sok.OptimizerWrapper(world.optimizer).apply_gradients([(grad, world.table)])
+        sok.OptimizerWrapper(world.optimizer).apply_gradients(pairs)
         return
     with sok.OptimizerScope([world.table]):
-        world.optimizer.apply_gradients([(grad, world.table)])
+        world.optimizer.apply_gradients(pairs)
+
+
+def _a_second_table(world: World):
+    return make_table("static", world.root, name="second")
+
+
+def _apply_beside_a_bad_table(world: World, second, wrapper: bool, traced: bool) -> None:
+    """The world's table (a valid gradient) and a second table with a row past its end, in one
+    call: the kernels check each table's rows, so the world's table must not be updated first
+    (eagerly) or beside it (in a graph)."""
+    past = tf.IndexedSlices(tf.ones([1, DIM]), tf.constant([ROWS + 3], tf.int64), [ROWS, DIM])
+    grads = [(_slices(world, [1]), world.table), (past, second)]
+
+    wrapped = sok.OptimizerWrapper(world.optimizer)  # made outside the traced function
+
+    def apply():
+        if wrapper:
+            wrapped.apply_gradients(grads)
+        else:
+            with sok.OptimizerScope([world.table, second]):
+                world.optimizer.apply_gradients(grads)
+
+    (tf.function(apply) if traced else apply)()
+
+
+def _built_on_a_dense_weight(world: World) -> None:
+    world.optimizer.build([tf.Variable([1.0], name="known")])
+
+
+def _apply_with_an_unknown_weight(world: World, wrapper: bool) -> None:
+    """The table's gradient (valid) beside a weight the optimizer was not built with, which
+    Keras refuses: the table must not be updated first."""
+    unknown = (tf.ones([1]), tf.Variable([2.0], name="unknown"))
+    _apply(world, _slices(world, [1]), wrapper, dense=(unknown,))
 
 
 def _slices(world: World, indices, width=DIM) -> tf.IndexedSlices:
@@ -111,6 +146,31 @@ def _wider_tf_checkpoint(world: World) -> str:
     return tf.train.Checkpoint(table=other).write(str(world.root / "tf_other" / "ck"))
 
 
+def _refused_before_any_update(wrapper: bool) -> list[Failure]:
+    """apply_gradients' failures that only a check before every update of the call can keep
+    from changing anything (the route: OptimizerScope, or OptimizerWrapper when `wrapper`)."""
+    return [
+        Failure(
+            "a weight the optimizer was not built with",
+            lambda w, p: _apply_with_an_unknown_weight(w, wrapper),
+            match="built without variable 'unknown",
+            setup=_built_on_a_dense_weight,
+        ),
+        Failure(
+            "a row past a second table of the call",
+            lambda w, second: _apply_beside_a_bad_table(w, second, wrapper, traced=False),
+            match="variable 'second': gradient row 43 is out of range",
+            setup=_a_second_table,
+        ),
+        Failure(
+            "a row past a second table of a traced call",
+            lambda w, second: _apply_beside_a_bad_table(w, second, wrapper, traced=True),
+            match=r"second\W*: gradient rows must lie in \[0, 40\)",
+            setup=_a_second_table,
+        ),
+    ]
+
+
 FAILURES: dict[str, list[Failure]] = {
     "lookup_sparse": [
         Failure(
@@ -170,6 +230,7 @@ FAILURES: dict[str, list[Failure]] = {
             kinds=STATIC,
             alike_on_every_rank=False,
         ),
+        *_refused_before_any_update(wrapper=False),
     ],
     "OptimizerWrapper.apply_gradients": [
         Failure(
@@ -180,6 +241,7 @@ FAILURES: dict[str, list[Failure]] = {
             lambda w, p: _apply(w, tf.ones([3, DIM]), True),
             kinds=KEYED,
         ),
+        *_refused_before_any_update(wrapper=True),
     ],
     "Variable.assign": [
         Failure(
