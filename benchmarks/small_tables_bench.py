@@ -24,6 +24,7 @@ of times each side's step was traced is printed beside its time.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -97,10 +98,7 @@ def custom_loop(model: keras.Model, data: tf.data.Dataset, epochs: int, first: d
             loss = loss_fn(y, model(x, training=True))
         weights = model.trainable_variables
         grads = tape.gradient(loss, weights)
-        if tables:
-            with sok.OptimizerScope(tables):
-                optimizer.apply_gradients(zip(grads, weights))
-        else:
+        with sok.OptimizerScope(tables) if tables else contextlib.nullcontext():
             optimizer.apply_gradients(zip(grads, weights))
         return loss
 
