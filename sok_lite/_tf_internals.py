@@ -47,6 +47,7 @@ _LEGACY = "tf_keras.src.optimizers.legacy.optimizer_v2"
 _LSO = "keras.optimizers.LossScaleOptimizer"
 _SUMMARY_UTILS = "keras.src.utils.summary_utils"
 _OBJECT_GRAPH = "tensorflow.core.protobuf.trackable_object_graph_pb2"
+_HANDLE_DATA = "tensorflow.python.ops.handle_data_util.get_resource_handle_data"
 NAMES: dict[str, PrivateName] = {
     n.name: n
     for n in (
@@ -61,6 +62,7 @@ NAMES: dict[str, PrivateName] = {
         PrivateName(f"{_BASE}.Trackable._restore_from_tensors"),
         PrivateName("tensorflow.python.debug.lib.check_numerics_callback._state"),
         PrivateName("tensorflow.python.framework.op_def_registry.get"),
+        PrivateName(_HANDLE_DATA),
         PrivateName("keras.src.utils.tracking.Tracker.add_to_store"),
         PrivateName("keras.layers.Layer._tracker", "_track_variable"),
         PrivateName("keras.src.backend.common.symbolic_scope.in_symbolic_scope"),
@@ -97,6 +99,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
         "tensorflow.python.debug.lib.check_numerics_callback._state",
     ),
     "op argument checks": ("tensorflow.python.framework.op_def_registry.get",),
+    "traced optimizer steps without row checks on one-id lookups' gradients": (_HANDLE_DATA,),
     "sok_lite.keras layers holding tables": (
         "keras.src.utils.tracking.Tracker.add_to_store",
         "keras.layers.Layer._tracker",
@@ -240,6 +243,7 @@ Trackable = _class("tensorflow.python.trackable.base.Trackable", _CHECKPOINTS_FE
 _variable_accessed = _value(f"{_RV}.variable_accessed", None)
 _check_numerics_state = _value("tensorflow.python.debug.lib.check_numerics_callback._state", None)
 _op_def_get = _value("tensorflow.python.framework.op_def_registry.get", None)
+_resource_handle_data = _value(_HANDLE_DATA, None)
 
 
 def variable_accessed(variable: Any) -> None:
@@ -272,3 +276,18 @@ def op_def(op_type: str) -> Any:
     """The registered OpDef of an op type (its inputs' names and list lengths), or None."""
     require("op argument checks")
     return _op_def_get(op_type)
+
+
+def static_rows(handle: tf.Tensor) -> int:
+    """The rows of the variable behind a graph tensor's resource handle, as the shape its handle
+    data records; -1 where that is unknown (no shape, an eager handle, or the name has moved:
+    the feature then falls back to checking the rows, as before)."""
+    if _HANDLE_DATA in probe((_HANDLE_DATA,)) or tf.executing_eagerly():
+        return -1
+    try:
+        shapes = _resource_handle_data(handle).shape_and_type
+    except (AttributeError, TypeError, ValueError):
+        return -1
+    if len(shapes) != 1 or shapes[0].shape.unknown_rank or not shapes[0].shape.dim:
+        return -1
+    return int(shapes[0].shape.dim[0].size)  # -1: unknown

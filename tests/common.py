@@ -52,3 +52,15 @@ def run_benchmark(script: str, *args: str, timeout: int = 300) -> subprocess.Com
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
+
+
+def gradient_row_checks(fn, *specs) -> int:
+    """How many checks of a fixed-size table's gradient rows (raw Asserts with their message)
+    tf.function `fn`'s graph for `specs` holds."""
+    graph = fn.get_concrete_function(*specs).graph
+    messages = [
+        tf.make_ndarray(op.inputs[1].op.get_attr("value"))
+        for op in graph.get_operations()
+        if op.type == "Assert" and op.inputs[1].op.type == "Const"
+    ]
+    return sum(b"gradient rows must lie" in m.item() for m in messages if m.dtype == object)

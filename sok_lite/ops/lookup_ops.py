@@ -5,6 +5,7 @@ Each wrapper takes lists (one entry per table) so that a whole step's tables run
 
 import tensorflow as tf
 
+from sok_lite._tf_internals import static_rows
 from sok_lite.ops.op_inputs import dense_grads, inputs_by_name, op_wrapper, run_op
 
 
@@ -97,7 +98,7 @@ def _gather_rows_grad(op, *grads):
     inputs = inputs_by_name(op)
     handles, indices = inputs["handles"], inputs["indices"]
     if op.get_attr("per_sample"):
-        grads, indices = _summed_per_id(op, indices, grads)
+        grads, indices = _summed_per_id(op, handles, indices, grads)
     slices = []
     for handle, idx, grad in zip(handles, indices, grads):
         dense_shape = tf.raw_ops.VariableShape(input=handle, out_type=tf.int64)
@@ -107,14 +108,16 @@ def _gather_rows_grad(op, *grads):
     return slices + [None] * n
 
 
-def _summed_per_id(op, ids: list, grads) -> tuple[list, list]:
+def _summed_per_id(op, handles: list, ids: list, grads) -> tuple[list, list]:
     """The gradients of a per-sample gather (one id a sample), one summed row per distinct id,
     with the ops and order of the deduplicated lookup (unique ids, then the combine gradient of
     one-id samples): the same values, bit for bit. The deduplication reads only the ids, so it
-    can run while the forward pass still does."""
+    can run while the forward pass still does. In a graph it checks them against each table's
+    static rows, as the lookup's own would: an optimizer step then takes its rows as checked."""
     names = [name.decode() for name in op.get_attr("table_names")]
     splits = [tf.range(tf.size(i, out_type=tf.int64) + 1) for i in ids]
-    unique, inverse = unique_ids(ids, splits, [-1] * len(ids), [0] * len(ids), names)
+    num_rows = [static_rows(h) for h in handles]
+    unique, inverse = unique_ids(ids, splits, num_rows, [0] * len(ids), names)
     num_unique = [tf.size(u, out_type=tf.int64) for u in unique]
     grads = dense_grads(op, grads)
     weights = [tf.zeros([0], g.dtype) for g in grads]

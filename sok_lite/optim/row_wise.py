@@ -181,13 +181,16 @@ def _rows_checked(ours: list[tuple[tf.IndexedSlices, TableKind]]) -> list[tf.Ope
     updated one after the other (eagerly) or side by side (in a graph), beside Keras' update of
     the dense weights and the step counter: a row past one table would leave the others
     updated. Eagerly a bad row raises here; in a graph every update of the call waits for the
-    returned checks. (A hash table's rows are keys: any int64.)
+    returned checks. (A hash table's rows are keys: any int64. In a graph, rows that come
+    straight from a lookup's dedup were checked by it.)
     """
     checks = []
     for g, v in ours:
         if v.kind != "static":
             continue
         rows = int(v.shape[0])
+        if not tf.executing_eagerly() and _checked_by_lookup(g.indices, rows):
+            continue
         low, high = tf.reduce_min(g.indices), tf.reduce_max(g.indices)  # empty: both pass
         in_range = tf.logical_and(low >= 0, high < rows)
         label = f"variable '{table_label(v)}'"
@@ -201,6 +204,22 @@ def _rows_checked(ours: list[tuple[tf.IndexedSlices, TableKind]]) -> list[tf.Ope
         # The raw op: tf.debugging.Assert would add a cond around it for int64 data.
         checks.append(tf.raw_ops.Assert(condition=in_range, data=[message, low, "to", high]))
     return checks
+
+
+def _checked_by_lookup(indices: tf.Tensor, rows: int) -> bool:
+    """Whether graph tensor `indices` is, through identities, the distinct ids a lookup's
+    dedup (SokLiteUniqueIds) output for a table of at most `rows` rows: its kernel has already
+    refused any id outside that range, so checking them again would only cost ops a step."""
+    t = indices
+    while tf.is_symbolic_tensor(t) and t.op.type == "Identity":
+        t = t.op.inputs[0]
+    if not tf.is_symbolic_tensor(t):  # an eager tensor the graph captured
+        return False
+    op = t.op
+    if op.type != "SokLiteUniqueIds" or t.value_index >= op.get_attr("N"):
+        return False  # any other source, or the dedup's inverse
+    checked: int = op.get_attr("num_rows")[t.value_index]
+    return 0 <= checked <= rows
 
 
 def _keras_apply_outside_trace(

@@ -21,6 +21,7 @@ import sok_lite as sok
 from sok_lite import _loader, _tf_internals
 from sok_lite._tf_internals import FEATURES, NAMES, MissingInternalError
 from sok_lite._tf_range import KERAS_MIN, TF_MAX, TF_MIN
+from tests.common import gradient_row_checks
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The package under test: the source tree's, or an installed wheel's (make wheel-check).
@@ -232,6 +233,30 @@ def test_a_moved_gradient_name_fails_gradients_only(monkeypatch):
         sok.lookup_sparse(table, _ids())
     assert "tensorflow.python.ops.resource_variable_ops.variable_accessed" in _tf_internals.probe()
     np.testing.assert_array_equal(table.numpy(), np.ones([3, 2]))  # tables themselves work
+
+
+def test_a_moved_handle_data_name_keeps_the_row_checks_of_one_id_lookups(monkeypatch):
+    """Without a table's static rows, a traced step checks the rows a one-id lookup's gradient
+    hands the optimizer again, as for any other gradient, and trains the same."""
+    values = []
+    for moved in (False, True):
+        if moved:
+            _move(monkeypatch, "tensorflow.python.ops.handle_data_util.get_resource_handle_data")
+        table = sok.Variable(np.arange(8, dtype=np.float32).reshape(4, 2))
+        optimizer = sok.keras.OptimizerWrapper(keras.optimizers.SGD(0.5))
+        spec = tf.TensorSpec([None, 1], tf.int64)
+
+        @tf.function(input_signature=[spec])
+        def step(x, table=table, optimizer=optimizer):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(sok.lookup_sparse(table, x))
+            optimizer.apply_gradients([(tape.gradient(loss, table), table)])
+
+        assert gradient_row_checks(step, spec) == int(moved)
+        step(tf.constant([[1], [3], [1]], tf.int64))
+        values.append(table.numpy())
+    np.testing.assert_array_equal(values[0], values[1])
+    assert not np.array_equal(values[0], np.arange(8).reshape(4, 2))
 
 
 _MOVED_AT_IMPORT = """
