@@ -282,8 +282,8 @@ def static_rows(handle: tf.Tensor) -> int:
     """The rows of the variable behind a graph tensor's resource handle, as the shape its handle
     data records; -1 where that is unknown (no shape, an eager handle, or the name has moved:
     the feature then falls back to checking the rows, as before)."""
-    if _HANDLE_DATA in probe((_HANDLE_DATA,)) or tf.executing_eagerly():
-        return -1
+    if _HANDLE_DATA in probe((_HANDLE_DATA,)) or not tf.is_symbolic_tensor(handle):
+        return -1  # (the name takes graph tensors only)
     try:
         shapes = _resource_handle_data(handle).shape_and_type
     except (AttributeError, TypeError, ValueError):

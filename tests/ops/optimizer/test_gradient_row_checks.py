@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import sok_lite as sok
+from sok_lite._tf_internals import static_rows
 from tests.common import gradient_row_checks, random_table
 
 # Every test runs on each device present (tests/ops/conftest.py), its tables and ops there.
@@ -114,3 +115,19 @@ def test_rows_made_by_hand_are_checked(route, captured):
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"gradient rows must lie in \[0, 4\)"):
         step(tf.ones([2, DIM]))
     np.testing.assert_array_equal(table.numpy(), before)
+
+
+def test_static_rows_reads_a_graph_handle_and_knows_when_it_cannot():
+    known = tf.Variable(tf.zeros([5, 2]))
+    unknown = tf.Variable(tf.zeros([5, 2]), shape=tf.TensorShape([None, 2]))
+    seen = []
+
+    @tf.function
+    def read():
+        for v in (known, unknown):
+            value = tf.raw_ops.ReadVariableOp(resource=v.handle, dtype=tf.float32)
+            seen.append(static_rows(value.op.inputs[0]))  # the handle as the graph holds it
+
+    read.get_concrete_function()
+    assert seen == [5, -1]
+    assert static_rows(known.handle) == -1  # an eager handle
