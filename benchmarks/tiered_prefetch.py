@@ -7,13 +7,16 @@ budget (--prefetch-fractions: table / budget, the table being its rows and Adam 
 float32) three models hold every key: all-RAM, tiered, tiered fed through prefetch_rows. They
 then take turns (the order rotating) fitting --prefetch-steps fresh Zipf(--prefetch-exponent)
 batches of 163,840 ids each, --rounds times: wall time per step, CPU time per step of the
-whole process (every thread, the prefetch's included) and the RAM tier's hit rate over the
-timed steps. With --prefetch-serial: tiered_bench's raw step instead, sok.prefetch called
-after each step and timed apart from it (what the prefetch costs against the read-backs it
-replaces). With --prefetch-beside: whether a prefetch reading from the disk holds up the step
-beside it: the raw step on a batch whose rows are all in RAM, alone and with sok.prefetch of a
-fresh batch running in another thread, the tier file's pages dropped from the page cache
-before each, so that the prefetch's reads go to the disk.
+whole process (every thread, the prefetch's included), busy CPU time per step of the whole
+machine (the kernel's writeback of the tier files included) and the RAM tier's hit rate over the
+timed steps. Before the timed rounds, each tiered model fits fresh batches until its tier file
+stops growing (--prefetch-settle), so that the rounds time the tier's steady state, not the
+one-off growth of its file. With --prefetch-serial: tiered_bench's raw step instead,
+sok.prefetch called after each step and timed apart from it (what the prefetch costs against
+the read-backs it replaces). With --prefetch-beside: whether a prefetch reading from the disk
+holds up the step beside it: the raw step on a batch whose rows are all in RAM, alone and with
+sok.prefetch of a fresh batch running in another thread, the tier file's pages dropped from the
+page cache before each, so that the prefetch's reads go to the disk.
 """
 
 import os
@@ -25,8 +28,8 @@ import threading
 import time
 
 import numpy as np
-from common import memory_setting
-from tiered_sweep import record, settled_order, zipf_sampler
+from common import add_autotune_option, memory_setting, with_autotune
+from tiered_sweep import record, settle_tier_file, settled_order, zipf_sampler
 
 VARIANTS = ("ram", "tiered", "prefetch")
 
@@ -37,6 +40,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--prefetch-exponent", type=float, default=1.1, help="prefetch: Zipf")
     parser.add_argument("--prefetch-steps", type=int, default=8, help="prefetch: steps a round")
     parser.add_argument("--prefetch-warm", type=int, default=4, help="prefetch: untimed steps")
+    parser.add_argument(
+        "--prefetch-settle",
+        type=int,
+        default=40,
+        help="prefetch: at most this many untimed fit calls of --prefetch-steps batches each "
+        "until the tier files stop growing (0: time from the start, the file still growing)",
+    )
+    add_autotune_option(parser)
     parser.add_argument(
         "--prefetch-serial",
         action="store_true",
@@ -71,7 +82,7 @@ def _model(dim, storage, policy):
     return model
 
 
-def _dataset(batches, layer=None):
+def _dataset(batches, autotune, layer=None):
     """The batches as a fit dataset: ({"ids": [n, 1]}, zeros), read ahead by one batch
     (through prefetch_rows when a layer is given)."""
     import tensorflow as tf
@@ -86,18 +97,30 @@ def _dataset(batches, layer=None):
         {"ids": tf.TensorSpec([None, 1], tf.int64)},
         tf.TensorSpec([None], tf.float32),
     )
-    data = tf.data.Dataset.from_generator(gen, output_signature=spec)
+    data = with_autotune(tf.data.Dataset.from_generator(gen, output_signature=spec), autotune)
     return sok.keras.prefetch_rows(data, layer) if layer else data.prefetch(1)
 
 
-def _fit(model, batches, prefetch):
+def _fit(model, batches, prefetch, autotune="on"):
     layer = model.get_layer("features") if prefetch else None
-    model.fit(_dataset(batches, layer), epochs=1, verbose=0)
+    model.fit(_dataset(batches, autotune, layer), epochs=1, verbose=0)
 
 
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def _machine_cpu_seconds() -> float:
+    """Busy CPU time of the whole machine (/proc/stat: all but idle and iowait): the process's
+    own plus the kernel threads that write its dirty tier-file pages back to the disk."""
+    with open("/proc/stat") as stat:
+        ticks = [int(v) for v in stat.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _clocks() -> np.ndarray:
+    return np.array([time.perf_counter(), _cpu_seconds(), _machine_cpu_seconds()])
 
 
 def _populate(model, order, chunk):
@@ -124,39 +147,62 @@ def _point(args, fraction, ram, draw, probs, rng, batch_keys) -> dict:
             _populate(models[name], order, max(entry["rows_ram"] // 2, 1))
         warm = [draw(rng, args.sweep_batch) for _ in range(args.prefetch_warm)]
         for name, model in models.items():
-            _fit(model, warm, prefetch=name == "prefetch")
+            _fit(model, warm, name == "prefetch", args.autotune)
         tables = {n: m.get_layer("features").tables["ids"] for n, m in models.items()}
+        for name in ("tiered", "prefetch"):
+            point[name + "_settle_calls"] = settle_tier_file(
+                tables[name],
+                lambda m=models[name], p=name == "prefetch": _fit(
+                    m,
+                    [draw(rng, args.sweep_batch) for _ in range(args.prefetch_steps)],
+                    p,
+                    args.autotune,
+                ),
+                args.prefetch_settle,
+            )
         before = {n: dict(t.memory_stats()) for n, t in tables.items()}
-        wall = {n: [] for n in VARIANTS}
-        cpu = {n: [] for n in VARIANTS}
+        spent = {n: [] for n in VARIANTS}  # per round: wall, process CPU, machine CPU (ms a step)
         for r in range(args.rounds):
             batches = [draw(rng, args.sweep_batch) for _ in range(args.prefetch_steps)]
             for name in VARIANTS[r % 3 :] + VARIANTS[: r % 3]:
-                start, start_cpu = time.perf_counter(), _cpu_seconds()
-                _fit(models[name], batches, prefetch=name == "prefetch")
-                wall[name].append((time.perf_counter() - start) * 1e3 / args.prefetch_steps)
-                cpu[name].append((_cpu_seconds() - start_cpu) * 1e3 / args.prefetch_steps)
+                start = _clocks()
+                _fit(models[name], batches, name == "prefetch", args.autotune)
+                spent[name].append((_clocks() - start) * 1e3 / args.prefetch_steps)
         for name in VARIANTS:
             after = tables[name].memory_stats()
             hits, misses = (after[k] - before[name][k] for k in ("hits", "misses"))
+            wall, cpu, machine = np.array(spent[name]).T
             point[name] = {
-                "ms_per_step": float(np.median(wall[name])),
-                "cpu_ms_per_step": float(np.median(cpu[name])),
+                "ms_per_step": float(np.median(wall)),
+                "cpu_ms_per_step": float(np.median(cpu)),
+                "machine_cpu_ms_per_step": float(np.median(machine)),
+                "rounds_ms": [round(float(v), 2) for v in wall],
                 "hit_rate": hits / max(hits + misses, 1),
                 "rows_ram": after["rows_ram"],
+                "bytes_disk": after["bytes_disk"],
             }
     finally:
         for root in roots:
             shutil.rmtree(root, ignore_errors=True)
-    ram_ms, ram_cpu = point["ram"]["ms_per_step"], point["ram"]["cpu_ms_per_step"]
-    print(f"  1/{fraction:g} budget ({budget / 2**20:,.1f} MiB):", flush=True)
+    clocks = ("ms_per_step", "cpu_ms_per_step", "machine_cpu_ms_per_step")
+    ram = {k: point["ram"][k] for k in clocks}
+    settled = ", ".join(f"{n} {point[n + '_settle_calls']}" for n in ("tiered", "prefetch"))
+    print(
+        f"  1/{fraction:g} budget ({budget / 2**20:,.1f} MiB; untimed fit calls until the tier "
+        f"files stopped growing: {settled}):",
+        flush=True,
+    )
     for name in VARIANTS:
         v = point[name]
-        v["ratio"], v["cpu_ratio"] = v["ms_per_step"] / ram_ms, v["cpu_ms_per_step"] / ram_cpu
+        v["ratio"] = v["ms_per_step"] / ram["ms_per_step"]
+        v["cpu_ratio"] = v["cpu_ms_per_step"] / ram["cpu_ms_per_step"]
+        v["machine_cpu_ratio"] = v["machine_cpu_ms_per_step"] / ram["machine_cpu_ms_per_step"]
         print(
             f"    {name:9s} {v['ms_per_step']:7.1f} ms/step ({v['ratio']:.2f}x all-RAM), "
-            f"CPU {v['cpu_ms_per_step']:7.1f} ms/step ({v['cpu_ratio']:.2f}x), hit rate "
-            f"{v['hit_rate']:.3f}, {v['rows_ram']:,} rows in RAM",
+            f"CPU {v['cpu_ms_per_step']:7.1f} ms/step ({v['cpu_ratio']:.2f}x), machine CPU "
+            f"{v['machine_cpu_ms_per_step']:7.1f} ms/step ({v['machine_cpu_ratio']:.2f}x), "
+            f"hit rate {v['hit_rate']:.3f}, {v['rows_ram']:,} rows in RAM, tier file "
+            f"{v['bytes_disk'] / 1e9:.2f} GB",
             flush=True,
         )
     return point
@@ -295,7 +341,8 @@ def run(bench, args) -> dict:
         f"prefetch: {kind}, {args.keys:,} keys, d = {args.dim}, Adam, {args.sweep_batch:,} "
         f"Zipf({args.prefetch_exponent:g}) ids a step (~{batch_keys:,} distinct), evict_policy "
         f"{args.policy!r}; {args.rounds} rounds of {args.prefetch_steps} fresh batches per "
-        f"model; load average {os.getloadavg()[0]:.1f}; {memory_setting()}",
+        f"model; tf.data autotuning {args.autotune}; load average {os.getloadavg()[0]:.1f}; "
+        f"{memory_setting()}",
         flush=True,
     )
     started = time.perf_counter()
@@ -316,5 +363,12 @@ def run(bench, args) -> dict:
     if args.prefetch_beside or args.prefetch_serial:
         name += "_beside" if args.prefetch_beside else "_serial"
     return record(
-        name, args, started, load, points, exponent=args.prefetch_exponent, policy=args.policy
+        name,
+        args,
+        started,
+        load,
+        points,
+        exponent=args.prefetch_exponent,
+        policy=args.policy,
+        autotune=args.autotune,
     )

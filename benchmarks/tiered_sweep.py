@@ -46,6 +46,21 @@ def settled_order(rng, probs, policy: str):
     return np.argsort(-age, kind="stable").astype(np.int64)
 
 
+def settle_tier_file(table, run, max_calls: int) -> int:
+    """Calls run() until table's tier file stops growing, at most max_calls times; returns the
+    calls made. A tier file grows to about twice its live records before cleaning reuses its
+    segments, and the first writes to a part of a file new to the page cache cost several times
+    what rewriting its cached pages does (docs/benchmarks.md): steps timed while it grows
+    measure that one-off growth, not the tier's steady state."""
+    size = table.memory_stats()["bytes_disk"]
+    for calls in range(1, max_calls + 1):
+        run()
+        before, size = size, table.memory_stats()["bytes_disk"]
+        if size == before:
+            return calls
+    return max_calls
+
+
 def _budget_plan(keys, dim, fraction, exponent, policy, batch_keys):
     import sok_lite as sok
 

@@ -35,16 +35,27 @@ def test_tiered_prefetch_writes_three_variants_per_budget(tmp_path):
         "3",
         "--prefetch-warm",
         "1",
+        "--prefetch-settle",
+        "3",
+        "--autotune",
+        "off",
         "--dir",
         str(tmp_path),
     ]
     proc = run_benchmark("tiered_bench.py", *args, "--json", str(out), timeout=600)
-    assert "transparent huge pages" in proc.stdout
-    (point,) = json.loads(out.read_text())["points"]
+    assert "transparent huge pages" in proc.stdout and "autotuning off" in proc.stdout
+    result = json.loads(out.read_text())
+    (point,) = result["points"]
+    assert result["autotune"] == "off"
     assert point["ram"]["hit_rate"] == 1.0
     assert point["prefetch"]["hit_rate"] > point["tiered"]["hit_rate"], point
+    for variant in ("tiered", "prefetch"):
+        assert 1 <= point[variant + "_settle_calls"] <= 3, point
+        assert point[variant]["bytes_disk"] > 0
     for variant in ("ram", "tiered", "prefetch"):
-        assert point[variant]["ms_per_step"] > 0 and point[variant]["cpu_ms_per_step"] > 0
+        v = point[variant]
+        assert v["ms_per_step"] > 0 and v["cpu_ms_per_step"] > 0, v
+        assert v["machine_cpu_ms_per_step"] > 0 and len(v["rounds_ms"]) == 1, v
 
 
 def test_tiered_prefetch_beside_times_the_step_with_and_without_a_prefetch(tmp_path):
