@@ -1,7 +1,6 @@
 #include "kernels/core/huge_pages.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -13,16 +12,7 @@
 namespace sok_lite {
 namespace {
 
-constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
-
-// SOK_LITE_HUGE_PAGES: unset (new buffers only), "1" (collapse written ones too) or "0" (none).
-const char* Setting() {
-  static const char* setting = [] {
-    const char* env = std::getenv("SOK_LITE_HUGE_PAGES");
-    return env == nullptr ? "" : env;
-  }();
-  return setting;
-}
+constexpr uintptr_t kHugePage = kHugePageBytes;
 
 // The 2 MiB-aligned interior of [p, p + bytes) as [*begin, *end); false when there is none worth
 // advising.
@@ -38,7 +28,9 @@ bool HugeInterior(const void* p, size_t bytes, uintptr_t* begin, uintptr_t* end)
 bool AdviseHugePagesBeforeFirstWrite(const void* p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   uintptr_t begin = 0, end = 0;
-  if (std::strcmp(Setting(), "0") == 0 || !HugeInterior(p, bytes, &begin, &end)) return false;
+  if (std::strcmp(HugePageSetting(), "0") == 0 || !HugeInterior(p, bytes, &begin, &end)) {
+    return false;
+  }
   return madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE) == 0;
 #else
   (void)p;
@@ -50,7 +42,8 @@ bool AdviseHugePagesBeforeFirstWrite(const void* p, size_t bytes) {
 bool AdviseHugePages(const void* p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   uintptr_t begin = 0, end = 0;
-  if (std::strcmp(Setting(), "1") != 0 || !HugeInterior(p, bytes, &begin, &end)) return false;
+  if (std::strcmp(HugePageSetting(), "1") != 0 || !HugeInterior(p, bytes, &begin, &end))
+    return false;
   static std::mutex mu;
   static std::unordered_map<uintptr_t, uintptr_t> advised;  // begin -> end
   {

@@ -4,8 +4,9 @@
 // misses. A buffer that is advised before its first write is faulted in as 2 MiB pages at about
 // the cost of 4 KiB ones, so new tables and slots get that by default; collapsing the pages of a
 // buffer that is already written costs time once (up to seconds per GiB on a virtual machine), so
-// that is opt-in: SOK_LITE_HUGE_PAGES=1 (=0 turns both off). Linux only; a no-op elsewhere and
-// for small buffers. Measurements: docs/benchmarks.md, "Huge pages".
+// that is opt-in: SOK_LITE_HUGE_PAGES=1 (=0 turns both off, and the huge pages of a step's
+// scratch: kernels/core/mapped_memory.h). Linux only; a no-op elsewhere and for small buffers.
+// Measurements: docs/benchmarks.md, "Huge pages".
 #ifndef SOK_LITE_KERNELS_CORE_HUGE_PAGES_H_
 #define SOK_LITE_KERNELS_CORE_HUGE_PAGES_H_
 
