@@ -27,8 +27,10 @@ constexpr size_t kMappedMinBytes = size_t{1} << 20;
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 // SOK_LITE_HUGE_PAGES: unset (huge pages for new buffers), "1" (also collapse written ones) or
-// "0" (none); kernels/core/huge_pages.h.
-inline const char* HugePageSetting() {
+// "0" (none); kernels/core/huge_pages.h. Read once per translation unit: static, because the
+// local static of an inline function is one object for the whole process (GNU unique), shared
+// with any other library built from these headers that was loaded first.
+static inline const char* HugePageSetting() {
   static const char* setting = [] {
     const char* env = std::getenv("SOK_LITE_HUGE_PAGES");
     return env == nullptr ? "" : env;
@@ -54,7 +56,7 @@ inline void* MappedAllocate(size_t bytes, bool populate) {
 inline void* MapHugeAligned(size_t bytes, bool populate) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (std::strcmp(HugePageSetting(), "0") == 0) return nullptr;
-  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t span = bytes + kHugePageBytes;
   void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) throw std::bad_alloc();
