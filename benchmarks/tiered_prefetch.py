@@ -184,8 +184,7 @@ def _point(args, fraction, ram, draw, probs, rng, batch_keys) -> dict:
     finally:
         for root in roots:
             shutil.rmtree(root, ignore_errors=True)
-    clocks = ("ms_per_step", "cpu_ms_per_step", "machine_cpu_ms_per_step")
-    ram = {k: point["ram"][k] for k in clocks}
+    ram = point["ram"]
     settled = ", ".join(f"{n} {point[n + '_settle_calls']}" for n in ("tiered", "prefetch"))
     print(
         f"  1/{fraction:g} budget ({budget / 2**20:,.1f} MiB; untimed fit calls until the tier "

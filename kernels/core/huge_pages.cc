@@ -12,14 +12,12 @@
 namespace sok_lite {
 namespace {
 
-constexpr uintptr_t kHugePage = kHugePageBytes;
-
 // The 2 MiB-aligned interior of [p, p + bytes) as [*begin, *end); false when there is none worth
 // advising.
 bool HugeInterior(const void* p, size_t bytes, uintptr_t* begin, uintptr_t* end) {
   if (bytes < kHugePageMinBytes || p == nullptr) return false;
-  *begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) & ~(kHugePage - 1);
-  *end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHugePage - 1);
+  *begin = (reinterpret_cast<uintptr_t>(p) + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
+  *end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHugePageBytes - 1);
   return *end > *begin;
 }
 
@@ -42,8 +40,9 @@ bool AdviseHugePagesBeforeFirstWrite(const void* p, size_t bytes) {
 bool AdviseHugePages(const void* p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   uintptr_t begin = 0, end = 0;
-  if (std::strcmp(HugePageSetting(), "1") != 0 || !HugeInterior(p, bytes, &begin, &end))
+  if (std::strcmp(HugePageSetting(), "1") != 0 || !HugeInterior(p, bytes, &begin, &end)) {
     return false;
+  }
   static std::mutex mu;
   static std::unordered_map<uintptr_t, uintptr_t> advised;  // begin -> end
   {
