@@ -10,13 +10,14 @@ batches of 163,840 ids each, --rounds times: wall time per step, CPU time per st
 whole process (every thread, the prefetch's included), busy CPU time per step of the whole
 machine (the kernel's writeback of the tier files included) and the RAM tier's hit rate over the
 timed steps. Before the timed rounds, each tiered model fits fresh batches until its tier file
-stops growing (--prefetch-settle), so that the rounds time the tier's steady state, not the
-one-off growth of its file. With --prefetch-serial: tiered_bench's raw step instead,
-sok.prefetch called after each step and timed apart from it (what the prefetch costs against
-the read-backs it replaces). With --prefetch-beside: whether a prefetch reading from the disk
-holds up the step beside it: the raw step on a batch whose rows are all in RAM, alone and with
-sok.prefetch of a fresh batch running in another thread, the tier file's pages dropped from the
-page cache before each, so that the prefetch's reads go to the disk.
+stops growing and its spills stop falling (--prefetch-settle), so that the rounds time the
+tier's steady state, not the one-off growth of its file or LFU's counts still ranking the keys.
+With --prefetch-serial: tiered_bench's raw step instead, sok.prefetch called after each step
+and timed apart from it (what the prefetch costs against the read-backs it replaces). With
+--prefetch-beside: whether a prefetch reading from the disk holds up the step beside it: the raw
+step on a batch whose rows are all in RAM, alone and with sok.prefetch of a fresh batch running
+in another thread, the tier file's pages dropped from the page cache before each, so that the
+prefetch's reads go to the disk.
 """
 
 import os
@@ -43,9 +44,10 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--prefetch-settle",
         type=int,
-        default=40,
+        default=60,
         help="prefetch: at most this many untimed fit calls of --prefetch-steps batches each "
-        "until the tier files stop growing (0: time from the start, the file still growing)",
+        "until the tier files stop growing and their spills stop falling (0: time from the "
+        "start, the file still growing)",
     )
     add_autotune_option(parser)
     parser.add_argument(

@@ -46,17 +46,27 @@ def settled_order(rng, probs, policy: str):
     return np.argsort(-age, kind="stable").astype(np.int64)
 
 
-def settle_tier_file(table, run, max_calls: int) -> int:
-    """Calls run() until table's tier file stops growing, at most max_calls times; returns the
-    calls made. A tier file grows to about twice its live records before cleaning reuses its
-    segments, and the first writes to a part of a file new to the page cache cost several times
-    what rewriting its cached pages does (docs/benchmarks.md): steps timed while it grows
-    measure that one-off growth, not the tier's steady state."""
-    size = table.memory_stats()["bytes_disk"]
+def settle_tier_file(table, run, max_calls: int, window: int = 3) -> int:
+    """Calls run() until table's tier file stops growing and its spills a call stop falling, at
+    most max_calls times; returns the calls made. A tier file grows to about twice its live
+    records before cleaning reuses its segments, and the first writes to a part of a file new
+    to the page cache cost several times what rewriting its cached pages does
+    (docs/benchmarks.md): steps timed while it grows measure that one-off growth, not the tier's
+    steady state. LFU's counts take a few hundred steps to rank the keys at the edge of RAM,
+    and its spills (rows read back) fall until they do: settled once the last `window` calls
+    spilled at least 97% of the `window` calls before them (a spill moves a sixteenth of the
+    RAM rows, so one call's count is too coarse)."""
+    sizes, spills = [table.memory_stats()["bytes_disk"]], [table.memory_stats()["spills"]]
     for calls in range(1, max_calls + 1):
         run()
-        before, size = size, table.memory_stats()["bytes_disk"]
-        if size == before:
+        stats = table.memory_stats()
+        sizes.append(stats["bytes_disk"])
+        spills.append(stats["spills"])
+        if calls < 2 * window or sizes[-1] != sizes[-2]:
+            continue
+        recent = spills[-1] - spills[-1 - window]
+        earlier = spills[-1 - window] - spills[-1 - 2 * window]
+        if recent >= 0.97 * earlier:
             return calls
     return max_calls
 

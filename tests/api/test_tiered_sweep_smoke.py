@@ -6,8 +6,12 @@ the CPU and bytes a missed id costs; rss runs the same steps on a tiered and an 
 (timings and RSS at this size mean nothing: only the results' shape and hit rates are checked)."""
 
 import json
+import pathlib
 
 from tests.common import run_benchmark
+from tests.module_from_file import module_from_file
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def test_tiered_sweep_writes_measured_and_predicted_hit_rates(tmp_path):
@@ -93,3 +97,37 @@ def test_tiered_rss_runs_the_same_steps_on_a_tiered_and_an_all_ram_table(tmp_pat
     assert full["keys"] == ram["keys"] > 0 and len(full["zipf"]) == len(ram["zipf"]) == 3
     assert full["stats"]["bytes_disk"] > 0 and full["stats"]["misses"] > 0, full["stats"]
     assert ram["stats"]["bytes_disk"] == 0 and rss["tf_own"] > 0 and rss["settled"] > 0, rss
+
+
+class _ScriptedTable:
+    """memory_stats() of a table whose tier file and spills follow a script, one entry a call
+    of run()."""
+
+    def __init__(self, sizes, spills):
+        self.script = list(zip(sizes, spills))
+        self.calls = 0
+
+    def run(self):
+        self.calls += 1
+
+    def memory_stats(self):
+        size, spills = self.script[min(self.calls, len(self.script) - 1)]
+        return {"bytes_disk": size, "spills": spills}
+
+
+def test_settling_waits_for_the_file_and_for_the_spills_to_stop_falling():
+    sweep = module_from_file(BENCHMARKS / "tiered_sweep.py", "tiered_sweep_settle")
+    settle = sweep.settle_tier_file
+    # The file stops growing at call 3, spills 100 a call from the start: settled at call 6, the
+    # first with two windows of three calls behind it.
+    steady = _ScriptedTable([1, 2, 3] + [4] * 20, [100 * c for c in range(23)])
+    assert settle(steady, steady.run, 40) == 6 == steady.calls
+    # Spills falling a call (LFU's counts still ranking the keys) keep it going until a window
+    # spills at least 97% of the one before: 1000, 900, ... a call, level at 300 from call 8 on,
+    # so calls 8-10 and 11-13 are the first two level windows.
+    per_call = [max(1000 - 100 * c, 300) for c in range(40)]
+    falling = _ScriptedTable([4] * 41, [sum(per_call[:c]) for c in range(41)])
+    assert settle(falling, falling.run, 40) == 13
+    # Never more than max_calls.
+    growing = _ScriptedTable(list(range(50)), [0] * 50)
+    assert settle(growing, growing.run, 5) == 5
