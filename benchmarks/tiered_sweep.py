@@ -56,7 +56,8 @@ def settle_tier_file(table, run, max_calls: int, window: int = 3) -> int:
     and its spills (rows read back) fall until they do: settled once the last `window` calls
     spilled at least 97% of the `window` calls before them (a spill moves a sixteenth of the
     RAM rows, so one call's count is too coarse)."""
-    sizes, spills = [table.memory_stats()["bytes_disk"]], [table.memory_stats()["spills"]]
+    stats = table.memory_stats()
+    sizes, spills = [stats["bytes_disk"]], [stats["spills"]]
     for calls in range(1, max_calls + 1):
         run()
         stats = table.memory_stats()

@@ -118,8 +118,8 @@ class _ScriptedTable:
 def test_settling_waits_for_the_file_and_for_the_spills_to_stop_falling():
     sweep = module_from_file(BENCHMARKS / "tiered_sweep.py", "tiered_sweep_settle")
     settle = sweep.settle_tier_file
-    # The file stops growing at call 3, spills 100 a call from the start: settled at call 6, the
-    # first with two windows of three calls behind it.
+    # The file grows through call 3 and not after, spills 100 a call from the start: settled at
+    # call 6, the first with two windows of three calls behind it.
     steady = _ScriptedTable([1, 2, 3] + [4] * 20, [100 * c for c in range(23)])
     assert settle(steady, steady.run, 40) == 6 == steady.calls
     # Spills falling a call (LFU's counts still ranking the keys) keep it going until a window
