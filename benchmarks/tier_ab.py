@@ -11,6 +11,7 @@ time printed apart (both trees' tests/core/tier_capi.cc need sok_tier_prefetch).
 
 Usage: cd benchmarks && python tier_ab.py --baseline /path/to/other/checkout [--ram] [--prefetch]
        [--keys 2000000] [--dim 64] [--budget 400MiB] [--baseline-budget 444MiB] [--steps 20]
+       [--policy lru|lfu]
 """
 
 import argparse
@@ -61,10 +62,11 @@ def build(tree: pathlib.Path, out: pathlib.Path) -> ctypes.CDLL:
 
 
 class Table:
-    def __init__(self, lib, dim, budget, directory):
+    def __init__(self, lib, dim, budget, directory, lfu=False):
         self.lib, self.dim = lib, dim
         self.err = ctypes.create_string_buffer(ERR)
-        self.h = lib.sok_tier_create(dim, budget, str(directory).encode(), 1, 0, 0, self.err, ERR)
+        args = (dim, budget, str(directory).encode(), 1, 0, int(lfu), self.err, ERR)
+        self.h = lib.sok_tier_create(*args)
         assert self.h, self.err.value.decode()
         self.check(lib.sok_tier_add_slots(self.h, np.zeros(2, np.float32), 2, self.err, ERR))
         self.prefetch_s = 0.0  # CPU seconds in prefetches
@@ -118,6 +120,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--ram", action="store_true", help="also step an all-RAM table of this tree")
     p.add_argument("--prefetch", action="store_true", help="prefetch each next batch")
+    p.add_argument("--policy", choices=("lru", "lfu"), default="lru", help="eviction policy")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
@@ -131,7 +134,8 @@ def main() -> None:
         for name, tree, budget in trees:
             (tmp / name).mkdir()
             lib = build(tree, tmp / name)
-            tables[name] = Table(lib, args.dim, parse_bytes(budget), tmp / name / "tier")
+            lfu = args.policy == "lfu"
+            tables[name] = Table(lib, args.dim, parse_bytes(budget), tmp / name / "tier", lfu)
         keys = np.random.default_rng(0).permutation(args.keys).astype(np.int64)
         for t in tables.values():  # every key stored, then the Zipf hot set warmed up
             for i, chunk in enumerate(np.array_split(keys, max(args.keys // 16384, 1))):
@@ -164,6 +168,7 @@ def main() -> None:
             step += args.steps
         print(
             f"{args.keys:,} keys, d = {args.dim} + 2 slots, {BATCH:,} Zipf(1.1) ids a step, "
+            f"{args.policy}, "
             f"{args.rounds} rounds of {args.steps} steps in turn"
         )
         for name, t in tables.items():

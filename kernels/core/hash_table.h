@@ -233,6 +233,8 @@ class HashTable {
 
  private:
   static constexpr int64_t kChunkRows = 1024;
+  // Spill's histogram of scores (ColdestUnpinned): a bucket a count or an age in steps below it.
+  static constexpr int64_t kSpillBuckets = 4096;
 
   // An entry of the RAM index: key and row, read together by a probe (four to a cache line).
   static constexpr int64_t kIndexEntryBytes = sizeof(RowIndex::Entry);
@@ -307,6 +309,12 @@ class HashTable {
   void SpillCandidates(const std::vector<int64_t>& keep, bool spare_seen,
                        ScratchVector<std::pair<int64_t, int64_t>>* candidates,
                        ScratchVector<std::pair<int64_t, int64_t>>* pinned) const;
+  // Spill's choice when no pinned row has to go: the min(candidates, want) unpinned rows of the
+  // lowest (score, row), ascending, into *victims, found through a histogram of the scores.
+  // False (nothing chosen) when fewer than `excess` rows are candidates, or where the histogram
+  // cannot tell the rows apart (the caller sorts).
+  bool ColdestUnpinned(const std::vector<int64_t>& keep, bool spare_seen, int64_t excess,
+                       int64_t want, ScratchVector<int64_t>* victims) const;
   // Moves the coldest RAM rows (by config().policy) to disk until `needed` more fit the budget;
   // spares the rows in `keep` (any order, repeats allowed) and, with spare_seen, the rows seen in
   // this lookup step.

@@ -2,6 +2,7 @@
 // the coldest rows, reading rows back for a lookup or an optimizer step, exports over both tiers
 // and the memory counters.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -112,6 +113,43 @@ void HashTable::SpillCandidates(const std::vector<int64_t>& keep, bool spare_see
   });
 }
 
+bool HashTable::ColdestUnpinned(const std::vector<int64_t>& keep, bool spare_seen, int64_t excess,
+                                int64_t want, ScratchVector<int64_t>* victims) const {
+  // Without a sort: a histogram of the scores in buckets (a bucket a score, bar the edges) finds
+  // the bucket where the `want` coldest end, and a second pass takes the rows below it and the
+  // lowest rows of it: the rows the sort of (score, row) pairs takes. lru scores by age, the
+  // oldest first; past the last bucket's age, or a count past it, scores share a bucket: the
+  // sort decides when the take ends inside such a bucket.
+  constexpr int64_t kTop = kSpillBuckets - 1;
+  constexpr uint16_t kNone = UINT16_MAX;
+  const bool lfu = config_.policy == EvictPolicy::kLfu;
+  ScratchVector<uint16_t> bucket_of(meta_.size(), kNone);
+  std::vector<int64_t> histogram(kSpillBuckets, 0);
+  int64_t candidates = 0;
+  ForEachSpillable(keep, spare_seen, [&](int64_t r, bool is_pinned) {
+    if (is_pinned) return;
+    const RowMeta& m = meta_[r];
+    const int64_t b = lfu ? std::clamp<int64_t>(m.count, 0, kTop)
+                          : kTop - std::clamp<int64_t>(step_ - m.last_seen, 0, kTop);
+    bucket_of[r] = static_cast<uint16_t>(b);
+    ++histogram[b];
+    ++candidates;
+  });
+  if (candidates < excess) return false;  // pinned rows must go too, or too few rows may
+  const int64_t count = std::min(candidates, want);
+  int64_t below = 0, edge = 0;  // rows in the buckets below `edge`
+  while (below + histogram[edge] < count) below += histogram[edge++];
+  const bool shared = edge == kTop || (!lfu && edge == 0);
+  if (shared && below + histogram[edge] > count) return false;
+  victims->reserve(count);
+  int64_t at_edge = count - below;
+  for (int64_t r = 0; r < static_cast<int64_t>(bucket_of.size()); ++r) {
+    const uint16_t b = bucket_of[r];
+    if (b < edge || (b == edge && at_edge-- > 0)) victims->push_back(r);
+  }
+  return true;
+}
+
 std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen,
                              const Runner& run) {
   // The disk index (charged for every row stored) only grows: once it takes half the budget, or
@@ -135,44 +173,49 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
   const int64_t limit = RamRowLimit();
   const int64_t excess = index_.size() + needed - limit;
   if (excess <= 0) return "";
-  ScratchVector<std::pair<int64_t, int64_t>> candidates, pinned;  // (score, row)
-  SpillCandidates(keep, spare_seen, &candidates, &pinned);
-  // Rows prefetched for a coming lookup go last, and only as many as the excess needs.
-  if (static_cast<int64_t>(candidates.size()) < excess && !pinned.empty()) {
-    const int64_t take =
-        std::min<int64_t>(pinned.size(), excess - static_cast<int64_t>(candidates.size()));
-    std::nth_element(pinned.begin(), pinned.begin() + (take - 1), pinned.end());
-    candidates.insert(candidates.end(), pinned.begin(), pinned.begin() + take);
-  }
-  if (static_cast<int64_t>(candidates.size()) < excess) {
-    // A budget that holds the disk index at the rows stored after this batch, beside this
-    // batch's rows and a RAM hash index for them (RamRowLimit gives it at least as many rows).
-    const int64_t rows = index_.size() - static_cast<int64_t>(candidates.size()) + needed;
-    const int64_t per_row = stride() * static_cast<int64_t>(sizeof(float)) + kRamRowOverhead;
-    const int64_t hash_index =
-        std::max<int64_t>(index_.capacity(), IndexCapacityFor(rows)) * kIndexEntryBytes;
-    const int64_t enough = tier_->IndexBytesFor(size() + needed) + hash_index + rows * per_row;
-    return Named("ram_budget " + std::to_string(config_.ram_budget) + " bytes holds " +
-                 std::to_string(limit) + " rows of " + std::to_string(stride() * sizeof(float)) +
-                 " bytes now, too few for the " + std::to_string(rows) +
-                 " rows one batch needs in RAM: the index of the " + std::to_string(tier_->size()) +
-                 " keys on disk takes " + std::to_string(index_bytes) +
-                 " bytes of it (charged for each of the " + std::to_string(size()) +
-                 " keys stored, " + std::to_string(index_bytes / std::max<int64_t>(size(), 1)) +
-                 " bytes a key); a ram_budget of " + std::to_string(enough) +
-                 " bytes holds them and this batch; raise ram_budget or shrink the batch");
-  }
   // Spill a sixteenth of the RAM rows at once (at least the excess): fewer, larger writes.
-  const int64_t count = std::min<int64_t>(candidates.size(), std::max<int64_t>(excess, limit / 16));
-  std::nth_element(candidates.begin(), candidates.begin() + (count - 1), candidates.end());
-  // In row order: adjacent rows of a chunk are read once, file slots are given out in order.
-  std::sort(candidates.begin(), candidates.begin() + count,
-            [](const auto& a, const auto& b) { return a.second < b.second; });
+  const int64_t want = std::max<int64_t>(excess, limit / 16);
+  ScratchVector<int64_t> victims;  // rows, ascending: adjacent rows of a chunk are read once
+  if (!ColdestUnpinned(keep, spare_seen, excess, want, &victims)) {
+    ScratchVector<std::pair<int64_t, int64_t>> candidates, pinned;  // (score, row)
+    SpillCandidates(keep, spare_seen, &candidates, &pinned);
+    // Rows prefetched for a coming lookup go last, and only as many as the excess needs.
+    if (static_cast<int64_t>(candidates.size()) < excess && !pinned.empty()) {
+      const int64_t take =
+          std::min<int64_t>(pinned.size(), excess - static_cast<int64_t>(candidates.size()));
+      std::nth_element(pinned.begin(), pinned.begin() + (take - 1), pinned.end());
+      candidates.insert(candidates.end(), pinned.begin(), pinned.begin() + take);
+    }
+    if (static_cast<int64_t>(candidates.size()) < excess) {
+      // A budget that holds the disk index at the rows stored after this batch, beside this
+      // batch's rows and a RAM hash index for them (RamRowLimit gives it at least as many rows).
+      const int64_t rows = index_.size() - static_cast<int64_t>(candidates.size()) + needed;
+      const int64_t per_row = stride() * static_cast<int64_t>(sizeof(float)) + kRamRowOverhead;
+      const int64_t hash_index =
+          std::max<int64_t>(index_.capacity(), IndexCapacityFor(rows)) * kIndexEntryBytes;
+      const int64_t enough = tier_->IndexBytesFor(size() + needed) + hash_index + rows * per_row;
+      return Named("ram_budget " + std::to_string(config_.ram_budget) + " bytes holds " +
+                   std::to_string(limit) + " rows of " + std::to_string(stride() * sizeof(float)) +
+                   " bytes now, too few for the " + std::to_string(rows) +
+                   " rows one batch needs in RAM: the index of the " +
+                   std::to_string(tier_->size()) + " keys on disk takes " +
+                   std::to_string(index_bytes) + " bytes of it (charged for each of the " +
+                   std::to_string(size()) + " keys stored, " +
+                   std::to_string(index_bytes / std::max<int64_t>(size(), 1)) +
+                   " bytes a key); a ram_budget of " + std::to_string(enough) +
+                   " bytes holds them and this batch; raise ram_budget or shrink the batch");
+    }
+    const int64_t count = std::min<int64_t>(candidates.size(), want);
+    std::nth_element(candidates.begin(), candidates.begin() + (count - 1), candidates.end());
+    for (int64_t i = 0; i < count; ++i) victims.push_back(candidates[i].second);
+    std::sort(victims.begin(), victims.end());
+  }
+  const int64_t count = victims.size();
   ScratchVector<RowMeta> metas(count);
   ScratchVector<const float*> rows(count);
   for (int64_t i = 0; i < count; ++i) {
-    metas[i] = meta_[candidates[i].second];
-    rows[i] = RowPtr(candidates[i].second);
+    metas[i] = meta_[victims[i]];
+    rows[i] = RowPtr(victims[i]);
   }
   const std::string problem = tier_->Write(count, metas.data(), rows.data(), run);
   if (!problem.empty()) return problem;  // the rows stay in RAM

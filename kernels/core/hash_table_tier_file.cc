@@ -19,6 +19,9 @@ namespace {
 // Adjacent records are read or written by one call of at most this many bytes.
 constexpr int64_t kMaxRunBytes = int64_t{4} << 20;
 
+// Cleaning reads at most this many segments at once.
+constexpr int64_t kCleanSegments = 8;
+
 [[nodiscard]] std::string Errno(const std::string& what) {
   return what + ": " + std::strerror(errno);
 }
@@ -361,34 +364,73 @@ int64_t RowTierFile::DeadRecords() const {
   return written - index_.size();
 }
 
-std::string RowTierFile::Clean() {
-  ScratchVector<char> buf;
-  while (DeadRecords() > std::max<int64_t>(index_.size(), 2 * segment_records_)) {
-    int64_t victim = -1;  // the closed segment with the fewest live records
-    for (int64_t s = 0; s < num_segments_; ++s) {
-      if (s == open_segment_ || segment_live_[s] == 0) continue;
-      if (victim < 0 || segment_live_[s] < segment_live_[victim]) victim = s;
-    }
-    if (victim < 0) break;
-    const int64_t first = victim * segment_records_;
-    std::string problem = ReadSpan(first, first + segment_records_ - 1, &buf);
+std::string RowTierFile::Clean(const ParallelRunner& run) {
+  const int64_t allowed = std::max<int64_t>(index_.size(), 2 * segment_records_);
+  int64_t dead = DeadRecords();
+  if (dead <= allowed) return "";
+  // The closed segments with the fewest live records (the lowest first among equals), as many
+  // as bring the dead records down to `allowed`: emptying one drops its dead records.
+  ScratchVector<std::pair<uint32_t, int64_t>> victims;  // (live records, segment)
+  for (int64_t s = 0; s < num_segments_; ++s) {
+    if (s != open_segment_ && segment_live_[s] > 0) victims.emplace_back(segment_live_[s], s);
+  }
+  std::sort(victims.begin(), victims.end());
+  size_t take = 0;
+  for (; take < victims.size() && dead > allowed; ++take) {
+    dead -= segment_records_ - victims[take].first;
+  }
+  for (size_t v = 0; v < take; v += kCleanSegments) {
+    const std::string problem =
+        CleanSegments(victims.data() + v, std::min<size_t>(kCleanSegments, take - v), run);
     if (!problem.empty()) return problem;
-    ScratchVector<char> live;
-    ScratchVector<int64_t> keys, from;
-    for (int64_t k = 0; k < segment_records_; ++k) {
-      if (!Used(first + k)) continue;
-      const char* rec = buf.data() + k * record_bytes_;
-      problem = Verify(rec, first + k, nullptr);
-      if (!problem.empty()) return problem;
-      int64_t key;
-      std::memcpy(&key, rec, sizeof(key));
-      keys.push_back(key);
-      from.push_back(first + k);
-      live.insert(live.end(), rec, rec + record_bytes_);
+  }
+  return "";
+}
+
+std::string RowTierFile::CleanSegments(const std::pair<uint32_t, int64_t>* victims, int64_t k,
+                                       const ParallelRunner& run) {
+  // Each segment is read whole (one long read beats one a live record), its live records
+  // verified and gathered in slot order, on all threads; then appended anew in one go.
+  const int64_t per = segment_records_;
+  ScratchVector<int64_t> to(k * per);  // where each slot's record goes in `live`; -1: dead
+  int64_t n = 0;
+  for (int64_t v = 0; v < k; ++v) {
+    for (int64_t j = 0; j < per; ++j)
+      to[v * per + j] = Used(victims[v].second * per + j) ? n++ : -1;
+  }
+  ScratchArray<char> read = NewScratchArray<char>(k * per * record_bytes_, false);
+  ScratchArray<char> live = NewScratchArray<char>(n * record_bytes_, true);  // written in full
+  ScratchVector<int64_t> keys(n), from(n);
+  FirstError error;
+  run(k * per, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1;) {  // records [i, end) of one segment
+      const int64_t v = i / per;
+      const int64_t end = std::min(i1, (v + 1) * per);
+      const int64_t slot0 = victims[v].second * per - v * per;  // slot of record i: slot0 + i
+      char* buf = read.get() + i * record_bytes_;
+      std::string problem = ReadBytes(fd_, buf, (end - i) * record_bytes_,
+                                      (slot0 + i) * record_bytes_, path_, Prefix());
+      for (int64_t j = i; j < end && problem.empty(); ++j) {
+        if (to[j] < 0) continue;
+        const char* rec = read.get() + j * record_bytes_;
+        problem = Verify(rec, slot0 + j, nullptr);
+        if (!problem.empty()) break;
+        std::memcpy(&keys[to[j]], rec, sizeof(int64_t));
+        from[to[j]] = slot0 + j;
+        std::memcpy(live.get() + to[j] * record_bytes_, rec, record_bytes_);
+      }
+      if (!problem.empty()) {
+        error.Set(v, problem);
+        return;
+      }
+      i = end;
     }
-    problem = Append(keys.size(), live.data(), keys.data(), from.data(), RunSerially);
-    if (!problem.empty()) return problem;
-    if (segment_live_[victim] == 0) empty_segments_.push_back(victim);
+  });
+  std::string problem = error.Get();
+  if (problem.empty()) problem = Append(n, live.get(), keys.data(), from.data(), run);
+  if (!problem.empty()) return problem;
+  for (int64_t v = 0; v < k; ++v) {
+    if (segment_live_[victims[v].second] == 0) empty_segments_.push_back(victims[v].second);
   }
   return "";
 }
@@ -397,7 +439,7 @@ std::string RowTierFile::Write(int64_t n, const RowMeta* metas, const float* con
                                const ParallelRunner& run) {
   if (n == 0) return "";
   // Reclaim dead records first: if that fails, nothing is added.
-  std::string problem = Clean();
+  std::string problem = Clean(run);
   if (!problem.empty()) return problem;
   ScratchArray<char> records =
       NewScratchArray<char>(n * record_bytes_, true);  // written in full below

@@ -195,8 +195,13 @@ class RowTierFile {
   // the slots of the keys' records now, which become dead); an error leaves everything as it was.
   [[nodiscard]] std::string Append(int64_t n, const char* records, const int64_t* keys,
                                    const int64_t* from, const ParallelRunner& run);
-  // Cleans the segments with the fewest live records while dead records outnumber live ones.
-  [[nodiscard]] std::string Clean();
+  // Cleans the segments with the fewest live records while dead records outnumber live ones,
+  // reading them through `run`.
+  [[nodiscard]] std::string Clean(const ParallelRunner& run);
+  // Cleans k segments (victims[i].second; their live records are appended anew and they become
+  // empty); an error leaves everything as it was.
+  [[nodiscard]] std::string CleanSegments(const std::pair<uint32_t, int64_t>* victims, int64_t k,
+                                          const ParallelRunner& run);
   int64_t DeadRecords() const;
 
   std::string path_;

@@ -429,6 +429,38 @@ def test_corrupted_file_is_an_error(lib, tmp_path):
         tier.export()
 
 
+def test_a_corrupted_record_met_while_cleaning_fails_the_lookup(lib, tmp_path):
+    # Every record but those of half the keys is corrupted; looking up only that half reads
+    # intact records back, and their dead copies soon make a spill clean segments, whose other
+    # live records fail their checksums: the lookup fails, and the table is as it was.
+    tier = Table(lib, BUDGET, tmp_path / "t")
+    train([tier], np.random.default_rng(3), 30)
+    path = tmp_path / "t" / "rows.bin"
+    data = bytearray(path.read_bytes())
+    record = 40 + 3 * DIM * 4
+    keys = np.frombuffer(bytes(data[: len(data) // record * record]), np.int64)
+    keys = keys.reshape(-1, record // 8)[:, 0]
+    intact = set(np.unique(keys)[::2].tolist())
+    for slot, key in enumerate(keys.tolist()):
+        if key not in intact:
+            data[slot * record + 100] ^= 0x5A
+    path.write_bytes(bytes(data))
+    rng = np.random.default_rng(9)
+    pool = np.array(sorted(intact), np.int64)
+    for _ in range(200):
+        before = tier.stats()
+        try:
+            tier.lookup(rng.choice(pool, 40, replace=False))
+        except RuntimeError as e:
+            assert "hash table 't': disk tier file" in str(e) and "corrupted" in str(e), e
+            break
+    else:
+        pytest.fail("no spill cleaned a segment holding a corrupted record")
+    after = tier.stats()
+    for name in ("rows_ram", "rows_disk", "hits", "misses", "spills"):
+        assert after[name] == before[name], (name, before, after)
+
+
 DISK_FULL = """
 import resource, signal, sys
 import numpy as np
