@@ -285,21 +285,24 @@ class HashTable {
                                      const std::vector<int64_t>& keep, bool mark_seen,
                                      bool spare_seen, const Runner& run,
                                      std::vector<int64_t>* absent);
+  // The unpinned rows Spill may take, by their scores' bucket (a bucket per score below the
+  // edges: kSpillBuckets), for a choice without a sort.
+  struct SpillScan {
+    static constexpr uint16_t kNone = UINT16_MAX;  // not a candidate
+    ScratchVector<uint16_t> bucket_of;             // per RAM row
+    std::vector<int64_t> histogram;                // rows per bucket
+    int64_t candidates = 0;
+  };
   // Moves the rows read from disk (keys[j], from record slots[j], j < m; -1: not on disk,
-  // skipped) into RAM, making room for `found` rows first (keep, spare_seen: see Spill); copy_in(j,
-  // meta, row) writes row j's bookkeeping and stride() floats; mark_seen: they count as seen in
-  // this lookup step.
-  template <typename CopyIn>
-  [[nodiscard]] std::string PlaceReadBack(const int64_t* keys, const int64_t* slots, int64_t m,
-                                          int64_t found, const std::vector<int64_t>& keep,
-                                          bool mark_seen, bool spare_seen, const Runner& run,
-                                          CopyIn copy_in);
+  // skipped; records[j]: the record read) into RAM, making room for `found` rows first (keep,
+  // spare_seen, scanned: see Spill); mark_seen: they count as seen in this lookup step.
+  [[nodiscard]] std::string PlaceReadBack(const int64_t* keys, const int64_t* slots,
+                                          const char* const* records, int64_t m, int64_t found,
+                                          const std::vector<int64_t>& keep, bool mark_seen,
+                                          bool spare_seen, const Runner& run,
+                                          const SpillScan* scanned);
   // The RAM rows the budget allows now (the disk index takes its share).
   int64_t RamRowLimit() const;
-  // Disk tier: how many rows a prefetch may read back beside the RAM rows `keep`: as many as
-  // fit beside the rows that may go before any wanted row (not seen in this step, not wanted by
-  // the last prefetch, not in keep).
-  int64_t PrefetchRoom(const std::vector<int64_t>& keep) const;
   // Calls fn(row, pinned) for each RAM row Spill may take (keep, spare_seen: see Spill);
   // pinned: a Prefetch marked it as wanted.
   template <typename F>
@@ -309,17 +312,20 @@ class HashTable {
   void SpillCandidates(const std::vector<int64_t>& keep, bool spare_seen,
                        ScratchVector<std::pair<int64_t, int64_t>>* candidates,
                        ScratchVector<std::pair<int64_t, int64_t>>* pinned) const;
+  // The scan of the rows Spill may take (keep, spare_seen: see Spill) that its choice reads.
+  void ScanSpillable(const std::vector<int64_t>& keep, bool spare_seen, SpillScan* scan) const;
   // Spill's choice when no pinned row has to go: the min(candidates, want) unpinned rows of the
-  // lowest (score, row), ascending, into *victims, found through a histogram of the scores.
-  // False (nothing chosen) when fewer than `excess` rows are candidates, or where the histogram
-  // cannot tell the rows apart (the caller sorts).
-  bool ColdestUnpinned(const std::vector<int64_t>& keep, bool spare_seen, int64_t excess,
-                       int64_t want, ScratchVector<int64_t>* victims) const;
+  // lowest (score, row), ascending, into *victims. False (nothing chosen) when fewer than
+  // `excess` rows are candidates, or where the buckets cannot tell the rows apart (the caller
+  // sorts).
+  bool ColdestUnpinned(const SpillScan& scan, int64_t excess, int64_t want,
+                       ScratchVector<int64_t>* victims) const;
   // Moves the coldest RAM rows (by config().policy) to disk until `needed` more fit the budget;
   // spares the rows in `keep` (any order, repeats allowed) and, with spare_seen, the rows seen in
-  // this lookup step.
+  // this lookup step. scanned: ScanSpillable's result for these keep and spare_seen on the
+  // table as it is now, or null (Spill scans).
   [[nodiscard]] std::string Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen,
-                                  const Runner& run);
+                                  const Runner& run, const SpillScan* scanned = nullptr);
   // Moves the RAM rows into the fewest chunks and frees the rest, so that the chunks a table
   // once needed (before spills, or before its slots widened the rows) do not outlast the
   // budget. Row numbers change: callers probe again afterwards.

@@ -113,45 +113,50 @@ void HashTable::SpillCandidates(const std::vector<int64_t>& keep, bool spare_see
   });
 }
 
-bool HashTable::ColdestUnpinned(const std::vector<int64_t>& keep, bool spare_seen, int64_t excess,
-                                int64_t want, ScratchVector<int64_t>* victims) const {
-  // Without a sort: a histogram of the scores in buckets (a bucket a score, bar the edges) finds
-  // the bucket where the `want` coldest end, and a second pass takes the rows below it and the
-  // lowest rows of it: the rows the sort of (score, row) pairs takes. lru scores by age, the
-  // oldest first; past the last bucket's age, or a count past it, scores share a bucket: the
-  // sort decides when the take ends inside such a bucket.
+void HashTable::ScanSpillable(const std::vector<int64_t>& keep, bool spare_seen,
+                              SpillScan* scan) const {
+  // A bucket a score: lru by age, the oldest first, lfu by count. Ages past the last bucket's,
+  // and counts past it, share the edge buckets.
   constexpr int64_t kTop = kSpillBuckets - 1;
-  constexpr uint16_t kNone = UINT16_MAX;
   const bool lfu = config_.policy == EvictPolicy::kLfu;
-  ScratchVector<uint16_t> bucket_of(meta_.size(), kNone);
-  std::vector<int64_t> histogram(kSpillBuckets, 0);
-  int64_t candidates = 0;
+  scan->bucket_of.assign(meta_.size(), SpillScan::kNone);
+  scan->histogram.assign(kSpillBuckets, 0);
+  scan->candidates = 0;
   ForEachSpillable(keep, spare_seen, [&](int64_t r, bool is_pinned) {
     if (is_pinned) return;
     const RowMeta& m = meta_[r];
     const int64_t b = lfu ? std::clamp<int64_t>(m.count, 0, kTop)
                           : kTop - std::clamp<int64_t>(step_ - m.last_seen, 0, kTop);
-    bucket_of[r] = static_cast<uint16_t>(b);
-    ++histogram[b];
-    ++candidates;
+    scan->bucket_of[r] = static_cast<uint16_t>(b);
+    ++scan->histogram[b];
+    ++scan->candidates;
   });
-  if (candidates < excess) return false;  // pinned rows must go too, or too few rows may
-  const int64_t count = std::min(candidates, want);
+}
+
+bool HashTable::ColdestUnpinned(const SpillScan& scan, int64_t excess, int64_t want,
+                                ScratchVector<int64_t>* victims) const {
+  // Without a sort: the histogram finds the bucket where the `want` coldest end, and a pass in
+  // row order takes the rows below it and the lowest rows of it: the rows a sort of (score,
+  // row) pairs takes, but where the take ends inside an edge bucket (scores shared).
+  if (scan.candidates < excess) return false;  // pinned rows must go too, or too few rows may
+  constexpr int64_t kTop = kSpillBuckets - 1;
+  const bool lfu = config_.policy == EvictPolicy::kLfu;
+  const int64_t count = std::min(scan.candidates, want);
   int64_t below = 0, edge = 0;  // rows in the buckets below `edge`
-  while (below + histogram[edge] < count) below += histogram[edge++];
+  while (below + scan.histogram[edge] < count) below += scan.histogram[edge++];
   const bool shared = edge == kTop || (!lfu && edge == 0);
-  if (shared && below + histogram[edge] > count) return false;
+  if (shared && below + scan.histogram[edge] > count) return false;
   victims->reserve(count);
   int64_t at_edge = count - below;
-  for (int64_t r = 0; r < static_cast<int64_t>(bucket_of.size()); ++r) {
-    const uint16_t b = bucket_of[r];
+  for (int64_t r = 0; r < static_cast<int64_t>(scan.bucket_of.size()); ++r) {
+    const uint16_t b = scan.bucket_of[r];
     if (b < edge || (b == edge && at_edge-- > 0)) victims->push_back(r);
   }
   return true;
 }
 
 std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, bool spare_seen,
-                             const Runner& run) {
+                             const Runner& run, const SpillScan* scanned) {
   // The disk index (charged for every row stored) only grows: once it takes half the budget, or
   // will after the next eighth more keys (or, small, its next doubling), the rows in RAM are
   // heading for too few to serve a batch. Warned once, ahead of the growth.
@@ -176,7 +181,9 @@ std::string HashTable::Spill(int64_t needed, const std::vector<int64_t>& keep, b
   // Spill a sixteenth of the RAM rows at once (at least the excess): fewer, larger writes.
   const int64_t want = std::max<int64_t>(excess, limit / 16);
   ScratchVector<int64_t> victims;  // rows, ascending: adjacent rows of a chunk are read once
-  if (!ColdestUnpinned(keep, spare_seen, excess, want, &victims)) {
+  SpillScan scan;
+  if (!scanned) ScanSpillable(keep, spare_seen, &scan);
+  if (!ColdestUnpinned(scanned ? *scanned : scan, excess, want, &victims)) {
     ScratchVector<std::pair<int64_t, int64_t>> candidates, pinned;  // (score, row)
     SpillCandidates(keep, spare_seen, &candidates, &pinned);
     // Rows prefetched for a coming lookup go last, and only as many as the excess needs.
@@ -302,35 +309,29 @@ std::string HashTable::FetchFromTier(const int64_t* keys, int64_t n, bool spare_
   return ReadBack(on_disk.data(), on_disk.size(), keep, false, spare_seen, run, nullptr);
 }
 
-template <typename CopyIn>
-std::string HashTable::PlaceReadBack(const int64_t* keys, const int64_t* slots, int64_t m,
-                                     int64_t found, const std::vector<int64_t>& keep,
-                                     bool mark_seen, bool spare_seen, const Runner& run,
-                                     CopyIn copy_in) {
+std::string HashTable::PlaceReadBack(const int64_t* keys, const int64_t* slots,
+                                     const char* const* records, int64_t m, int64_t found,
+                                     const std::vector<int64_t>& keep, bool mark_seen,
+                                     bool spare_seen, const Runner& run, const SpillScan* scanned) {
   tier_->TrackMoves(true);  // making room may clean segments, moving records that were read
-  const std::string problem = MakeRoom(found, run, keep, spare_seen);
+  const std::string problem = Spill(found, keep, spare_seen, run, scanned);
   if (!problem.empty()) {
     tier_->TrackMoves(false);
     return problem;
   }
+  const int64_t row_bytes = stride() * sizeof(float);
   constexpr int64_t ahead = kPrefetchDistance;
   for (int64_t j = 0; j < m; ++j) {
     if (j + ahead < m && slots[j + ahead] >= 0) tier_->PrefetchIndex(keys[j + ahead]);
     if (slots[j] < 0) continue;
     const int64_t r = IndexNewRow(keys[j]);
-    copy_in(j, &meta_[r], RowPtr(r));
+    std::memcpy(&meta_[r], records[j], sizeof(RowMeta));
+    std::memcpy(RowPtr(r), records[j] + RowTierFile::kHeaderBytes, row_bytes);
     tier_->Erase(keys[j], slots[j]);
     if (mark_seen) MarkSeen(r);
   }
   tier_->TrackMoves(false);
   return "";
-}
-
-int64_t HashTable::PrefetchRoom(const std::vector<int64_t>& keep) const {
-  int64_t movable = 0;
-  ForEachSpillable(keep, true, [&movable](int64_t, bool is_pinned) { movable += !is_pinned; });
-  const int64_t stay = index_.size() - movable;
-  return std::max<int64_t>(RamRowLimit() - stay, 0);
 }
 
 std::string HashTable::Prefetch(const int64_t* keys, int64_t n, const Runner& run, int64_t* read) {
@@ -345,11 +346,12 @@ std::string HashTable::Prefetch(const int64_t* keys, int64_t n, const Runner& ru
 std::string HashTable::BeginPrefetch(const int64_t* keys, int64_t n, const Runner& run,
                                      PrefetchPlan* plan) const {
   if (!tier_) return "";
-  // The batch's rows in RAM stay, the rows of its keys on disk come back: no more than fit now
-  // (FinishPrefetch checks again).
+  // The batch's rows in RAM stay, the rows of its keys on disk come back: no more than could
+  // fit beside the rows that stay (FinishPrefetch counts the room exactly; this bound spares
+  // a scan of every RAM row while the table is locked).
   std::vector<int64_t> keep;
   SplitByTier(keys, n, run, &keep, &plan->on_disk);
-  const int64_t fits = PrefetchRoom(keep);
+  const int64_t fits = std::max<int64_t>(RamRowLimit() - static_cast<int64_t>(keep.size()), 0);
   if (static_cast<int64_t>(plan->on_disk.size()) > fits) plan->on_disk.resize(fits);
   plan->in_ram.reserve(keep.size());
   for (int64_t r : keep) plan->in_ram.push_back(meta_[r].key);
@@ -374,8 +376,14 @@ std::string HashTable::FinishPrefetch(PrefetchPlan* plan, const Runner& run, int
   for (int64_t r : now) {
     if (r >= 0) keep.push_back(r);
   }
+  // As many as fit beside the rows that may go before any wanted row (not seen in this step,
+  // not wanted by the last prefetch, not in keep); the spill that makes room for them reuses
+  // this scan of the RAM rows.
+  SpillScan scan;
+  ScanSpillable(keep, true, &scan);
+  const int64_t stay = index_.size() - scan.candidates;
+  const int64_t fits = std::max<int64_t>(RamRowLimit() - stay, 0);
   int64_t found = 0;
-  const int64_t fits = PrefetchRoom(keep);
   ScratchVector<int64_t> taken;  // keys moved to RAM
   for (int64_t j = 0; j < m; ++j) {
     if (slots[j] >= 0 && found == fits) slots[j] = -1;
@@ -384,12 +392,8 @@ std::string HashTable::FinishPrefetch(PrefetchPlan* plan, const Runner& run, int
     taken.push_back(plan->on_disk[j]);
   }
   if (found > 0) {
-    const int64_t row_bytes = stride() * sizeof(float);
-    problem = PlaceReadBack(plan->on_disk.data(), slots.data(), m, found, keep, false, true, run,
-                            [&](int64_t j, RowMeta* meta, float* row) {
-                              std::memcpy(meta, records[j], sizeof(RowMeta));
-                              std::memcpy(row, records[j] + RowTierFile::kHeaderBytes, row_bytes);
-                            });
+    problem = PlaceReadBack(plan->on_disk.data(), slots.data(), records.data(), m, found, keep,
+                            false, true, run, &scan);
     if (!problem.empty()) return problem;
   }
   // A new generation of marks replaces the one before last: that batch has been looked up.
@@ -450,11 +454,10 @@ std::string HashTable::ReadBack(const int64_t* on_disk, int64_t m, const std::ve
     return "";
   }
   // Read first: a bad record is reported before anything moves.
-  ScratchVector<RowMeta> metas(m);
+  ScratchArray<char> buffer;
+  ScratchVector<const char*> records(m);
   ScratchVector<int64_t> slots(m);
-  // Rows found are read in; the rest stays untouched (unpaged).
-  ScratchArray<float> read = NewScratchArray<float>(m * stride(), false);
-  std::string problem = tier_->Read(m, on_disk, metas.data(), read.get(), slots.data(), run);
+  std::string problem = tier_->Read(m, on_disk, &buffer, records.data(), slots.data(), run);
   if (!problem.empty()) return problem;
   int64_t found = 0;
   for (int64_t j = 0; j < m; ++j) {
@@ -464,11 +467,8 @@ std::string HashTable::ReadBack(const int64_t* on_disk, int64_t m, const std::ve
       absent->push_back(on_disk[j]);
     }
   }
-  problem = PlaceReadBack(on_disk, slots.data(), m, found, keep, mark_seen, spare_seen, run,
-                          [&](int64_t j, RowMeta* meta, float* row) {
-                            *meta = metas[j];
-                            std::memcpy(row, read.get() + j * stride(), stride() * sizeof(float));
-                          });
+  problem = PlaceReadBack(on_disk, slots.data(), records.data(), m, found, keep, mark_seen,
+                          spare_seen, run, nullptr);
   if (!problem.empty() && absent) absent->clear();
   return problem;
 }

@@ -398,21 +398,22 @@ std::string RowTierFile::CleanSegments(const std::pair<uint32_t, int64_t>* victi
     for (int64_t j = 0; j < per; ++j)
       to[v * per + j] = Used(victims[v].second * per + j) ? n++ : -1;
   }
-  ScratchArray<char> read = NewScratchArray<char>(k * per * record_bytes_, false);
   ScratchArray<char> live = NewScratchArray<char>(n * record_bytes_, true);  // written in full
   ScratchVector<int64_t> keys(n), from(n);
   FirstError error;
   run(k * per, [&](int64_t i0, int64_t i1) {
+    // One segment's bytes at a time, into a buffer the thread reuses (fresh pages cost more
+    // here than the reads).
+    ScratchVector<char> read(std::min(i1 - i0, per) * record_bytes_);
     for (int64_t i = i0; i < i1;) {  // records [i, end) of one segment
       const int64_t v = i / per;
       const int64_t end = std::min(i1, (v + 1) * per);
       const int64_t slot0 = victims[v].second * per - v * per;  // slot of record i: slot0 + i
-      char* buf = read.get() + i * record_bytes_;
-      std::string problem = ReadBytes(fd_, buf, (end - i) * record_bytes_,
+      std::string problem = ReadBytes(fd_, read.data(), (end - i) * record_bytes_,
                                       (slot0 + i) * record_bytes_, path_, Prefix());
       for (int64_t j = i; j < end && problem.empty(); ++j) {
         if (to[j] < 0) continue;
-        const char* rec = read.get() + j * record_bytes_;
+        const char* rec = read.data() + (j - i) * record_bytes_;
         problem = Verify(rec, slot0 + j, nullptr);
         if (!problem.empty()) break;
         std::memcpy(&keys[to[j]], rec, sizeof(int64_t));
@@ -484,31 +485,30 @@ std::string RowTierFile::CheckRecord(const char* rec, int64_t slot, int64_t key,
   return Verify(rec, slot, &key);
 }
 
-std::string RowTierFile::TakeRecord(const char* rec, int64_t slot, int64_t i, const int64_t* keys,
-                                    RowMeta* metas, float* rows, int64_t* slots) const {
-  bool holds = false;
-  const std::string problem = CheckRecord(rec, slot, keys[i], &holds);
-  if (!problem.empty() || !holds) return problem;
-  std::memcpy(&metas[i], rec, sizeof(RowMeta));
-  std::memcpy(rows + i * stride_, rec + kHeaderBytes, stride_ * sizeof(float));
-  slots[i] = slot;  // one record holds the key: one writer per i
-  return "";
-}
-
-std::string RowTierFile::Read(int64_t n, const int64_t* keys, RowMeta* metas, float* rows,
-                              int64_t* slots, const ParallelRunner& run) const {
+std::string RowTierFile::Read(int64_t n, const int64_t* keys, ScratchArray<char>* records,
+                              const char** found, int64_t* slots, const ParallelRunner& run) const {
   std::fill(slots, slots + n, -1);
   const ScratchVector<std::pair<int64_t, int64_t>> order = CandidateSlots(n, keys);
+  if (order.empty()) return "";
+  // Each span straight into its place in *records: a record is copied once, by the kernel.
+  *records = NewScratchArray<char>(order.size() * record_bytes_, false);
   const auto spans = AdjacentSpans(order, record_bytes_);
   FirstError error;
   run(spans.size(), [&](int64_t s0, int64_t s1) {
-    ScratchVector<char> buf;
     for (int64_t s = s0; s < s1; ++s) {
       const auto [i, j] = spans[s];
-      std::string problem = ReadSpan(order[i].first, order[j - 1].first, &buf);
+      char* span = records->get() + i * record_bytes_;
+      std::string problem = ReadBytes(fd_, span, (j - i) * record_bytes_,
+                                      order[i].first * record_bytes_, path_, Prefix());
       for (size_t k = i; k < j && problem.empty(); ++k) {
-        problem = TakeRecord(buf.data() + (k - i) * record_bytes_, order[k].first, order[k].second,
-                             keys, metas, rows, slots);
+        const char* rec = span + (k - i) * record_bytes_;
+        const auto [slot, key] = order[k];
+        bool holds = false;
+        problem = CheckRecord(rec, slot, keys[key], &holds);
+        if (problem.empty() && holds) {  // one record holds the key: one writer per key
+          found[key] = rec;
+          slots[key] = slot;
+        }
       }
       if (!problem.empty()) {
         error.Set(s, problem);

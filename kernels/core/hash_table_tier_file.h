@@ -81,13 +81,15 @@ class RowTierFile {
   [[nodiscard]] std::string Write(int64_t n, const RowMeta* metas, const float* const* rows,
                                   const ParallelRunner& run);
 
-  // Reads the rows of n distinct keys into rows[i * stride] and metas[i], and their record
-  // slots into slots[i] (-1: key i is not on disk, rows[i] and metas[i] untouched), the file
-  // read in offset order (spans of adjacent records through `run`). A record that fails its
-  // checksum, or whose key the index does not place there, is an error (the file was changed
-  // under the table). The rows stay on disk until Erase.
-  [[nodiscard]] std::string Read(int64_t n, const int64_t* keys, RowMeta* metas, float* rows,
-                                 int64_t* slots, const ParallelRunner& run) const;
+  // Reads the records of n distinct keys into *records (a new buffer): found[i] points at key
+  // i's record (its RowMeta, then its row from kHeaderBytes on) and slots[i] gets its slot (-1:
+  // key i is not on disk, found[i] untouched). The file is read in offset order (spans of
+  // adjacent records through `run`). A record that fails its checksum, or whose key the index
+  // does not place there, is an error (the file was changed under the table). The rows stay on
+  // disk until Erase.
+  [[nodiscard]] std::string Read(int64_t n, const int64_t* keys, ScratchArray<char>* records,
+                                 const char** found, int64_t* slots,
+                                 const ParallelRunner& run) const;
 
   // A read of records planned under the caller's lock and done without it (HashTable's
   // prefetch), so that the file's reads do not hold the table while a step runs beside them.
@@ -175,11 +177,6 @@ class RowTierFile {
   // key's record (not that of another key sharing its identity).
   [[nodiscard]] std::string CheckRecord(const char* rec, int64_t slot, int64_t key,
                                         bool* holds) const;
-  // Read's handling of the record read from `slot` for keys[i]: verified; when it holds keys[i],
-  // decoded into metas[i] and rows[i * stride] and slots[i] = slot. "" or the corruption error.
-  [[nodiscard]] std::string TakeRecord(const char* rec, int64_t slot, int64_t i,
-                                       const int64_t* keys, RowMeta* metas, float* rows,
-                                       int64_t* slots) const;
   // Checks the record read from `slot`: its checksum, and that it holds *key (the key looked up,
   // if not null) or a key the index places there. "" or the corruption error.
   [[nodiscard]] std::string Verify(const char* record, int64_t slot, const int64_t* key) const;
