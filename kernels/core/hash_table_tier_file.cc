@@ -395,8 +395,9 @@ std::string RowTierFile::CleanSegments(const std::pair<uint32_t, int64_t>* victi
   ScratchVector<int64_t> to(k * per);  // where each slot's record goes in `live`; -1: dead
   int64_t n = 0;
   for (int64_t v = 0; v < k; ++v) {
-    for (int64_t j = 0; j < per; ++j)
+    for (int64_t j = 0; j < per; ++j) {
       to[v * per + j] = Used(victims[v].second * per + j) ? n++ : -1;
+    }
   }
   ScratchArray<char> live = NewScratchArray<char>(n * record_bytes_, true);  // written in full
   ScratchVector<int64_t> keys(n), from(n);
