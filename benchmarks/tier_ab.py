@@ -11,7 +11,7 @@ time printed apart (both trees' tests/core/tier_capi.cc need sok_tier_prefetch).
 
 Usage: cd benchmarks && python tier_ab.py --baseline /path/to/other/checkout [--ram] [--prefetch]
        [--keys 2000000] [--dim 64] [--budget 400MiB] [--baseline-budget 444MiB] [--steps 20]
-       [--policy lru|lfu]
+       [--policy lru|lfu] [--settle 150]
 """
 
 import argparse
@@ -121,6 +121,13 @@ def main() -> None:
     p.add_argument("--ram", action="store_true", help="also step an all-RAM table of this tree")
     p.add_argument("--prefetch", action="store_true", help="prefetch each next batch")
     p.add_argument("--policy", choices=("lru", "lfu"), default="lru", help="eviction policy")
+    p.add_argument(
+        "--settle",
+        type=int,
+        default=0,
+        help="untimed steps of fresh batches before the timed ones: enough (~150 at a tenth of "
+        "the table) and the tier file has grown to where cleaning keeps it",
+    )
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
@@ -146,7 +153,11 @@ def main() -> None:
         def coming(k):  # the batch after batches[k], when prefetching
             return batches[k + 1] if args.prefetch else None
 
-        step = 1000
+        for t in tables.values():  # the same settling batches for each
+            settle_rng = np.random.default_rng(2)
+            for k in range(args.settle):
+                t.step(zipf_ids(settle_rng, args.keys, BATCH), 1000 + k, None)
+        step = 1000 + args.settle
         for t in tables.values():
             for k in range(8):
                 step += 1

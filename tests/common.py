@@ -40,15 +40,19 @@ def seeded_head(features):
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def run_benchmark(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Runs benchmarks/<script> with `args` from the benchmarks folder; fails the test unless it
-    exits 0. Returns the finished process (stdout as text)."""
+def run_benchmark(
+    script: str, *args: str, timeout: int = 300, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """Runs benchmarks/<script> with `args` from the benchmarks folder (in `env`, default this
+    process's environment); fails the test unless it exits 0. Returns the finished process
+    (stdout and stderr as text)."""
     proc = subprocess.run(
         [sys.executable, str(BENCHMARKS / script), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=BENCHMARKS,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc

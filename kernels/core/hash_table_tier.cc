@@ -297,8 +297,13 @@ void HashTable::SplitByTier(const int64_t* keys, int64_t n, const Runner& run,
   }
   std::sort(absent.begin(), absent.end());
   absent.erase(std::unique(absent.begin(), absent.end()), absent.end());
-  for (int64_t key : absent) {
-    if (tier_->MayContain(key)) on_disk->push_back(key);
+  // The disk index's buckets are cache misses: brought in a few keys ahead, they overlap.
+  const int64_t m = absent.size();
+  constexpr int64_t ahead = kPrefetchDistance;
+  for (int64_t i = 0; i < std::min(m, ahead); ++i) tier_->PrefetchIndex(absent[i]);
+  for (int64_t i = 0; i < m; ++i) {
+    if (i + ahead < m) tier_->PrefetchIndex(absent[i + ahead]);
+    if (tier_->MayContain(absent[i])) on_disk->push_back(absent[i]);
   }
 }
 
@@ -319,18 +324,27 @@ std::string HashTable::PlaceReadBack(const int64_t* keys, const int64_t* slots,
     tier_->TrackMoves(false);
     return problem;
   }
-  const int64_t row_bytes = stride() * sizeof(float);
+  // The indexes change one key at a time; the rows are then copied in on all threads (the
+  // rows and the index stay put until the next call that makes room).
+  ScratchVector<int64_t> rows(m, -1);
   constexpr int64_t ahead = kPrefetchDistance;
   for (int64_t j = 0; j < m; ++j) {
     if (j + ahead < m && slots[j + ahead] >= 0) tier_->PrefetchIndex(keys[j + ahead]);
     if (slots[j] < 0) continue;
-    const int64_t r = IndexNewRow(keys[j]);
-    std::memcpy(&meta_[r], records[j], sizeof(RowMeta));
-    std::memcpy(RowPtr(r), records[j] + RowTierFile::kHeaderBytes, row_bytes);
+    rows[j] = IndexNewRow(keys[j]);
     tier_->Erase(keys[j], slots[j]);
-    if (mark_seen) MarkSeen(r);
   }
   tier_->TrackMoves(false);
+  const int64_t row_bytes = stride() * sizeof(float);
+  run(m, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t r = rows[j];
+      if (r < 0) continue;
+      std::memcpy(&meta_[r], records[j], sizeof(RowMeta));
+      std::memcpy(RowPtr(r), records[j] + RowTierFile::kHeaderBytes, row_bytes);
+      if (mark_seen) MarkSeen(r);
+    }
+  });
   return "";
 }
 
@@ -366,7 +380,7 @@ std::string HashTable::FinishPrefetch(PrefetchPlan* plan, const Runner& run, int
   ScratchVector<const char*> records(m);
   ScratchVector<int64_t> slots(m);
   std::string problem =
-      tier_->TakePlanned(plan->read, m, plan->on_disk.data(), records.data(), slots.data());
+      tier_->TakePlanned(plan->read, m, plan->on_disk.data(), records.data(), slots.data(), run);
   if (!problem.empty()) return problem;
   // The batch's rows in RAM now (rows may have moved or gone to disk since the plan).
   std::vector<int64_t> keep;

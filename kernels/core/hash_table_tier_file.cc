@@ -563,27 +563,38 @@ void RowTierFile::ReadPlanned(PlannedRead* plan, const ParallelRunner& run) {
 }
 
 std::string RowTierFile::TakePlanned(const PlannedRead& plan, int64_t n, const int64_t* keys,
-                                     const char** records, int64_t* slots) const {
+                                     const char** records, int64_t* slots,
+                                     const ParallelRunner& run) const {
   std::fill(slots, slots + n, -1);
   if (plan.epoch != epoch_) return "";  // cleared or replaced since: every record is gone
   if (!plan.problem.empty()) return plan.problem;
-  for (size_t k = 0; k < plan.order.size(); ++k) {
-    const auto [slot, i] = plan.order[k];
-    // A record removed since (read back, moved by cleaning, evicted) may have been rewritten
-    // since its segment was opened again; a live one in a segment not opened again is as read.
-    if (!Used(slot) || segment_generation_[slot / segment_records_] != plan.generations[k]) {
-      continue;
+  // The records checked on all threads; one record holds a key, so one writer per key.
+  FirstError error;
+  run(plan.order.size(), [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      const auto [slot, i] = plan.order[k];
+      // A record removed since (read back, moved by cleaning, evicted) may have been rewritten
+      // since its segment was opened again; a live one in a segment not opened again is as
+      // read.
+      if (!Used(slot) || segment_generation_[slot / segment_records_] != plan.generations[k]) {
+        continue;
+      }
+      const char* rec = plan.records.get() + k * record_bytes_;
+      bool holds = false;
+      std::string problem = CheckRecord(rec, slot, keys[i], &holds);
+      if (!problem.empty()) {
+        error.Set(k, std::move(problem));
+        return;
+      }
+      if (holds) {
+        records[i] = rec;
+        slots[i] = slot;
+      }
     }
-    const char* rec = plan.records.get() + k * record_bytes_;
-    bool holds = false;
-    const std::string problem = CheckRecord(rec, slot, keys[i], &holds);
-    if (!problem.empty()) return problem;
-    if (holds) {
-      records[i] = rec;
-      slots[i] = slot;
-    }
-  }
-  return "";
+  });
+  std::string problem = error.Get();
+  if (!problem.empty()) std::fill(slots, slots + n, -1);
+  return problem;
 }
 
 std::string RowTierFile::Scan(int64_t start, const std::function<bool(int64_t, const char*)>& fn,

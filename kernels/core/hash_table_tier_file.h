@@ -120,10 +120,11 @@ class RowTierFile {
   // (its RowMeta, then its row from kHeaderBytes on) and slots[i] its slot, for the keys whose
   // record is still live in a segment not rewritten since the plan (slots[i] = -1 for the
   // others, and for every key when the file was cleared or replaced since). A kept record that
-  // fails its checksum is an error, as in Read; so is plan->problem, unless the file changed
-  // since.
+  // fails its checksum is an error, as in Read (then every slots[i] = -1); so is
+  // plan->problem, unless the file changed since. Records are checked through `run`.
   [[nodiscard]] std::string TakePlanned(const PlannedRead& plan, int64_t n, const int64_t* keys,
-                                        const char** records, int64_t* slots) const;
+                                        const char** records, int64_t* slots,
+                                        const ParallelRunner& run) const;
 
   // Brings the disk index's entry for key into the cache ahead of an Erase of it.
   void PrefetchIndex(int64_t key) const { index_.Prefetch(key); }

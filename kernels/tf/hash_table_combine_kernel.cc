@@ -11,6 +11,7 @@
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/hash_table_resource.h"
 #include "kernels/tf/input_checks.h"
+#include "kernels/tf/lock_trace.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -73,7 +74,9 @@ class DynamicLookupCombineOp : public OpKernel {
                   });
     }
 
+    LockTrace trace(t.get(), "lookup");
     tensorflow::mutex_lock lock(t->mu);
+    trace.Held();
     TensorShape shape;
     OP_REQUIRES_OK(ctx, SafeShape({batch, dim}, &shape));
     Tensor* out = nullptr;

@@ -16,6 +16,7 @@
 #include "kernels/tf/device.h"
 #include "kernels/tf/input_checks.h"
 #include "kernels/tf/kernel_args.h"
+#include "kernels/tf/lock_trace.h"
 #include "kernels/tf/optimizer_args.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -164,7 +165,9 @@ class DynamicLookupOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, GetDynamicTable<Device>(ctx, &t));
     const tensorflow::Tensor& keys = ctx->input(1);
     const int64_t n = keys.NumElements();
+    LockTrace trace(t.get(), "lookup");
     tensorflow::mutex_lock lock(t->mu);
+    trace.Held();
     const int64_t dim = t->dim();
     OP_REQUIRES(ctx, dim == dim_,
                 errors::InvalidArgument(DynamicTableLabel(name_), ": rows have ", dim,
@@ -210,7 +213,9 @@ class DynamicApplyOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ReadOptimizerHyper(ctx->input(3), kind_,
                                            static_cast<int>(slot_init_.size()), label, &hyper));
     const int64_t n = keys.NumElements();
+    LockTrace trace(t.get(), "update");
     tensorflow::mutex_lock lock(t->mu);
+    trace.Held();
     const int64_t dim = t->dim();
     OP_REQUIRES(ctx, grads.dims() == 2 && grads.dim_size(0) == n && grads.dim_size(1) == dim,
                 errors::InvalidArgument(label, ": gradient shape ", grads.shape().DebugString(),

@@ -11,6 +11,7 @@
 #include "kernels/tf/cpu_parallel.h"
 #include "kernels/tf/hash_table_resource.h"
 #include "kernels/tf/input_checks.h"
+#include "kernels/tf/lock_trace.h"
 #include "kernels/tf/table_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -153,13 +154,20 @@ class DynamicPrefetchOp : public tensorflow::OpKernel {
     HashTable::PrefetchPlan plan;
     std::string problem;
     {
+      LockTrace trace(t.get(), "prefetch-plan");
       tensorflow::mutex_lock lock(t->mu);
+      trace.Held();
       t->prefetch_step = t->table.step();
       problem = t->table.BeginPrefetch(own.data(), own.size(), run, &plan);
     }
     if (problem.empty()) {
-      HashTable::ReadPrefetch(&plan, RunOnReadThreads);
+      {
+        LockTrace trace(t.get(), "prefetch-read");  // without the lock
+        HashTable::ReadPrefetch(&plan, RunOnReadThreads);
+      }
+      LockTrace trace(t.get(), "prefetch-place");
       tensorflow::mutex_lock lock(t->mu);
+      trace.Held();
       problem = t->table.FinishPrefetch(&plan, run, &read);
     }
     if (!problem.empty()) {
