@@ -78,8 +78,12 @@ def main():
     p.add_argument("trace", help="a file of trace lines (stderr of the traced run); - for stdin")
     p.add_argument("--last", type=int, default=0, help="only each table's last N lookups")
     args = p.parse_args()
-    lines = sys.stdin if args.trace == "-" else open(args.trace)
-    for table, s in summarize(parse(lines), args.last).items():
+    if args.trace == "-":
+        events = parse(sys.stdin)
+    else:
+        with open(args.trace) as lines:
+            events = parse(lines)
+    for table, s in summarize(events, args.last).items():
         print(
             f"table {table}: {s['steps']} steps of {s['step_ms']:.1f} ms (lookup to lookup, "
             f"medians), its lock held {s['busy']:.0%} of a step"

@@ -1,13 +1,13 @@
 // An optional trace of the hash tables' locks: with SOK_LITE_LOCK_TRACE=1 in the environment,
-// each op that takes a table's lock (lookup, update, the prefetch's plan, room and placing) and
-// the prefetch's read (which runs without it) writes one line to stderr when it is done:
+// each op that takes a table's lock (lookup, update, the prefetch's plan and placing) and the
+// prefetch's read (which runs without it) writes one line to stderr when it is done:
 //
 //   sok_lite lock: <table> <what> <thread> <asked_us> <held_us> <done_us>
 //
 // (the table: its resource's address, the same for every op on it; steady-clock microseconds:
-// when it asked for the lock, got it and let it go). In a pipeline
-// of ops beside each other, the lines lay out which op waits for which;
-// benchmarks/lock_trace.py sums them. Off, a trace costs one test of a cached flag.
+// when it asked for the lock, got it and let it go). In a pipeline of ops beside each other,
+// the lines lay out which op waits for which; benchmarks/lock_trace.py sums them. Off, a trace
+// costs one test of a cached flag.
 #ifndef SOK_LITE_KERNELS_TF_LOCK_TRACE_H_
 #define SOK_LITE_KERNELS_TF_LOCK_TRACE_H_
 
