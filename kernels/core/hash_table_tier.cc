@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/core/hash_table.h"
+#include "kernels/core/prefetch.h"
 
 namespace sok_lite {
 namespace {
@@ -298,13 +299,11 @@ void HashTable::SplitByTier(const int64_t* keys, int64_t n, const Runner& run,
   std::sort(absent.begin(), absent.end());
   absent.erase(std::unique(absent.begin(), absent.end()), absent.end());
   // The disk index's buckets are cache misses: brought in a few keys ahead, they overlap.
-  const int64_t m = absent.size();
-  constexpr int64_t ahead = kPrefetchDistance;
-  for (int64_t i = 0; i < std::min(m, ahead); ++i) tier_->PrefetchIndex(absent[i]);
-  for (int64_t i = 0; i < m; ++i) {
-    if (i + ahead < m) tier_->PrefetchIndex(absent[i + ahead]);
-    if (tier_->MayContain(absent[i])) on_disk->push_back(absent[i]);
-  }
+  ForEachFetchedAhead(
+      absent.size(), [&](int64_t i) { tier_->PrefetchIndex(absent[i]); },
+      [&](int64_t i) {
+        if (tier_->MayContain(absent[i])) on_disk->push_back(absent[i]);
+      });
 }
 
 std::string HashTable::FetchFromTier(const int64_t* keys, int64_t n, bool spare_seen,
@@ -327,13 +326,16 @@ std::string HashTable::PlaceReadBack(const int64_t* keys, const int64_t* slots,
   // The indexes change one key at a time; the rows are then copied in on all threads (the
   // rows and the index stay put until the next call that makes room).
   ScratchVector<int64_t> rows(m, -1);
-  constexpr int64_t ahead = kPrefetchDistance;
-  for (int64_t j = 0; j < m; ++j) {
-    if (j + ahead < m && slots[j + ahead] >= 0) tier_->PrefetchIndex(keys[j + ahead]);
-    if (slots[j] < 0) continue;
-    rows[j] = IndexNewRow(keys[j]);
-    tier_->Erase(keys[j], slots[j]);
-  }
+  ForEachFetchedAhead(
+      m,
+      [&](int64_t j) {
+        if (slots[j] >= 0) tier_->PrefetchIndex(keys[j]);
+      },
+      [&](int64_t j) {
+        if (slots[j] < 0) return;
+        rows[j] = IndexNewRow(keys[j]);
+        tier_->Erase(keys[j], slots[j]);
+      });
   tier_->TrackMoves(false);
   const int64_t row_bytes = stride() * sizeof(float);
   run(m, [&](int64_t j0, int64_t j1) {

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "kernels/core/cpu_gpu_rules.h"
+#include "kernels/core/prefetch.h"
 
 namespace sok_lite {
 namespace {
@@ -321,36 +322,35 @@ std::string RowTierFile::Append(int64_t n, const char* records, const int64_t* k
     return problem;
   }
   std::vector<int64_t> closed;
-  constexpr int64_t ahead = kPrefetchDistance;
-  for (int64_t i = 0; i < std::min(n, ahead); ++i) index_.Prefetch(keys[i]);
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + ahead < n) index_.Prefetch(keys[i + ahead]);
-    if (open_segment_ < 0 || open_fill_ == segment_records_) {
-      if (open_segment_ >= 0) closed.push_back(open_segment_);
-      if (!empty_segments_.empty()) {
-        open_segment_ = empty_segments_.back();
-        empty_segments_.pop_back();
-      } else {
-        open_segment_ = num_segments_++;
-        segment_live_.push_back(0);
-        segment_generation_.push_back(0);
-        used_.resize((num_segments_ * segment_records_ + 63) / 64, 0);
-      }
-      segment_generation_[open_segment_] = NextGeneration();
-      open_fill_ = 0;
-    }
-    const int64_t slot = open_segment_ * segment_records_ + open_fill_++;
-    SetUsed(slot, true);
-    ++segment_live_[open_segment_];
-    if (from) {  // the key moves: its old record becomes dead
-      index_.Relocate(keys[i], from[i], slot);
-      if (tracking_moves_) moves_[keys[i]] = slot;
-      SetUsed(from[i], false);
-      --segment_live_[from[i] / segment_records_];
-    } else {
-      index_.Insert(keys[i], slot);
-    }
-  }
+  ForEachFetchedAhead(
+      n, [&](int64_t i) { index_.Prefetch(keys[i]); },
+      [&](int64_t i) {
+        if (open_segment_ < 0 || open_fill_ == segment_records_) {
+          if (open_segment_ >= 0) closed.push_back(open_segment_);
+          if (!empty_segments_.empty()) {
+            open_segment_ = empty_segments_.back();
+            empty_segments_.pop_back();
+          } else {
+            open_segment_ = num_segments_++;
+            segment_live_.push_back(0);
+            segment_generation_.push_back(0);
+            used_.resize((num_segments_ * segment_records_ + 63) / 64, 0);
+          }
+          segment_generation_[open_segment_] = NextGeneration();
+          open_fill_ = 0;
+        }
+        const int64_t slot = open_segment_ * segment_records_ + open_fill_++;
+        SetUsed(slot, true);
+        ++segment_live_[open_segment_];
+        if (from) {  // the key moves: its old record becomes dead
+          index_.Relocate(keys[i], from[i], slot);
+          if (tracking_moves_) moves_[keys[i]] = slot;
+          SetUsed(from[i], false);
+          --segment_live_[from[i] / segment_records_];
+        } else {
+          index_.Insert(keys[i], slot);
+        }
+      });
   for (int64_t seg : closed) {
     if (segment_live_[seg] == 0) empty_segments_.push_back(seg);
   }
@@ -466,14 +466,13 @@ ScratchVector<std::pair<int64_t, int64_t>> RowTierFile::CandidateSlots(int64_t n
   ScratchVector<std::pair<int64_t, int64_t>> order;
   order.reserve(n);
   std::vector<uint32_t> candidates;
-  constexpr int64_t ahead = kPrefetchDistance;
-  for (int64_t i = 0; i < std::min(n, ahead); ++i) index_.Prefetch(keys[i]);
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + ahead < n) index_.Prefetch(keys[i + ahead]);
-    candidates.clear();
-    index_.Candidates(keys[i], &candidates);
-    for (uint32_t slot : candidates) order.emplace_back(slot, i);
-  }
+  ForEachFetchedAhead(
+      n, [&](int64_t i) { index_.Prefetch(keys[i]); },
+      [&](int64_t i) {
+        candidates.clear();
+        index_.Candidates(keys[i], &candidates);
+        for (uint32_t slot : candidates) order.emplace_back(slot, i);
+      });
   std::sort(order.begin(), order.end());
   return order;
 }

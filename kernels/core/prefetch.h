@@ -3,6 +3,7 @@
 #ifndef SOK_LITE_KERNELS_CORE_PREFETCH_H_
 #define SOK_LITE_KERNELS_CORE_PREFETCH_H_
 
+#include <algorithm>
 #include <cstdint>
 
 namespace sok_lite {
@@ -31,6 +32,18 @@ template <int kWrite>
 inline void PrefetchBytes(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
   for (int64_t off = 0; off < bytes; off += 64) PrefetchLine(c + off, kWrite != 0);
+}
+
+// Runs body(i) for i in [0, n) in order, each fetch(i) called kPrefetchDistance iterations
+// before its body(i) (the first ones before the loop): for loops whose every iteration misses
+// the cache at an address known from i alone (a disk index's bucket of keys[i]).
+template <typename Fetch, typename Body>
+inline void ForEachFetchedAhead(int64_t n, Fetch fetch, Body body) {
+  for (int64_t i = 0; i < std::min(n, kPrefetchDistance); ++i) fetch(i);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kPrefetchDistance < n) fetch(i + kPrefetchDistance);
+    body(i);
+  }
 }
 
 }  // namespace sok_lite
