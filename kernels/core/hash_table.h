@@ -260,7 +260,8 @@ class HashTable {
   int64_t Place(int64_t key);
   int64_t IndexNewRow(int64_t key);  // indexes a new row of key, contents unset
   // Disk tier: the distinct RAM rows of keys[0, n) into *in_ram (in order of first use) and
-  // their distinct keys on disk into *on_disk (sorted); RAM is probed through `run`.
+  // the distinct keys not in RAM into *on_disk (sorted; on disk or not: a read of them finds
+  // out); RAM is probed through `run`.
   void SplitByTier(const int64_t* keys, int64_t n, const Runner& run, std::vector<int64_t>* in_ram,
                    std::vector<int64_t>* on_disk) const;
   // Disk tier: moves the rows of keys[0, n) that are on disk back to RAM (spilling others to

@@ -281,8 +281,9 @@ void HashTable::CompactRows() {
 
 void HashTable::SplitByTier(const int64_t* keys, int64_t n, const Runner& run,
                             std::vector<int64_t>* in_ram, std::vector<int64_t>* on_disk) const {
-  // Probe RAM in parallel, prefetched; only the distinct keys not in RAM are looked up on disk.
-  // A batch repeats its hot rows many times: they are told apart by a bit a row, not a sort.
+  // Probe RAM in parallel, prefetched. A batch repeats its hot rows many times: they are told
+  // apart by a bit a row, not a sort. The disk index is not probed here: the read that follows
+  // probes it for the keys' record slots, and finds the keys that are on disk then.
   ScratchVector<int64_t> rows(n);
   ForEachRow(keys, n, run, [&](int64_t i, int64_t r) { rows[i] = r; });
   std::vector<bool> listed(meta_.size());
@@ -297,13 +298,7 @@ void HashTable::SplitByTier(const int64_t* keys, int64_t n, const Runner& run,
     }
   }
   std::sort(absent.begin(), absent.end());
-  absent.erase(std::unique(absent.begin(), absent.end()), absent.end());
-  // The disk index's buckets are cache misses: brought in a few keys ahead, they overlap.
-  ForEachFetchedAhead(
-      absent.size(), [&](int64_t i) { tier_->PrefetchIndex(absent[i]); },
-      [&](int64_t i) {
-        if (tier_->MayContain(absent[i])) on_disk->push_back(absent[i]);
-      });
+  on_disk->assign(absent.begin(), std::unique(absent.begin(), absent.end()));
 }
 
 std::string HashTable::FetchFromTier(const int64_t* keys, int64_t n, bool spare_seen,
