@@ -359,7 +359,8 @@ std::string HashTable::BeginPrefetch(const int64_t* keys, int64_t n, const Runne
   if (!tier_) return "";
   // The batch's rows in RAM stay, the rows of its keys on disk come back: no more than could
   // fit beside the rows that stay (FinishPrefetch counts the room exactly; this bound spares
-  // a scan of every RAM row while the table is locked).
+  // a scan of every RAM row while the table is locked). The bound counts every key not in RAM,
+  // on disk or not: the read tells them apart.
   std::vector<int64_t> keep;
   SplitByTier(keys, n, run, &keep, &plan->on_disk);
   const int64_t fits = std::max<int64_t>(RamRowLimit() - static_cast<int64_t>(keep.size()), 0);
