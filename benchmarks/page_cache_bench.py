@@ -2,9 +2,10 @@
 process and a file in the page cache, by each way there is. A miss of a tiered table reads one
 record back and, through a spill, writes one; the tier reads with one pread a record and writes
 appended 1 MiB runs. This measures those against the alternatives (io_uring reads, a mapping of
-the file, writes in place), per record, with no table around them: the floor any change to the
-tier's file I/O could reach. Builds benchmarks/native/page_cache_bench.cc with the system C++
-compiler.
+the file, writes in place) and against the same reads of one record over and over (a read less
+the finding of its page among the file's), per record, with no table around them: the floor any
+change to the tier's file I/O could reach. Builds benchmarks/native/page_cache_bench.cc with the
+system C++ compiler.
 
 Usage: cd benchmarks && python page_cache_bench.py [--records 3700000] [--record-bytes 808]
        [--batch 12000] [--reps 5] [--dir DIR] [--json FILE]
@@ -23,7 +24,7 @@ import tempfile
 from common import native_runs
 
 SOURCES = ["benchmarks/native/page_cache_bench.cc"]
-ORDER = ("pread", "io_uring", "mmap", "pwrite_random", "pwrite_append")
+ORDER = ("pread", "pread_cached", "io_uring", "mmap", "pwrite_random", "pwrite_append")
 
 
 def main() -> None:

@@ -3,6 +3,8 @@
 // measure moves `batch` records at random slots of the file (sorted by offset, as the tier reads
 // and writes them); per record: wall and CPU (user + system) microseconds, medians of `reps`.
 //   pread         one pread a record
+//   pread_cached  the same reads, every one of the first record (its page stays in the CPU's
+//                 caches): what a read costs beside finding its page among the file's
 //   io_uring      the same reads submitted 256 at a time through io_uring (raw system calls)
 //   mmap          memcpy from a mapping of the file, its pages mapped by the copies' faults and
 //                 unmapped after (MADV_DONTNEED), as RSS requires between steps
@@ -172,15 +174,17 @@ int main(int argc, char** argv) {
     const char* name;
     bool reads;  // fills `out` with the records at `slots`
     std::function<void()> run;
+    bool first_slot_only = false;  // every slot is 0
   };
   int64_t appended = 0;
+  const auto pread_each = [&] {
+    for (int64_t i = 0; i < batch; ++i) {
+      if (pread(fd, out.data() + i * rb, rb, offsets[i]) != rb) Fail("pread");
+    }
+  };
   const std::vector<Measure> measures = {
-      {"pread", true,
-       [&] {
-         for (int64_t i = 0; i < batch; ++i) {
-           if (pread(fd, out.data() + i * rb, rb, offsets[i]) != rb) Fail("pread");
-         }
-       }},
+      {"pread", true, pread_each},
+      {"pread_cached", true, pread_each, true},
       {"io_uring", true, [&] { ring.ReadAll(fd, offsets, rb, out.data()); }},
       {"mmap", true,
        [&] {
@@ -222,7 +226,7 @@ int main(int argc, char** argv) {
     std::vector<double> wall, cpu;
     int64_t bad = 0;
     for (int64_t r = 0; r < reps + 1; ++r) {  // the first repetition warms up, untimed
-      for (int64_t& s : slots) s = static_cast<int64_t>(rng() % records);
+      for (int64_t& s : slots) s = m.first_slot_only ? 0 : static_cast<int64_t>(rng() % records);
       std::sort(slots.begin(), slots.end());
       for (int64_t i = 0; i < batch; ++i) offsets[i] = slots[i] * rb;
       const auto t0 = std::chrono::steady_clock::now();

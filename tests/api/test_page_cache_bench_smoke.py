@@ -19,7 +19,14 @@ def test_every_way_moves_the_records_asked_for(tmp_path):
     args = ["--records", "20000", "--batch", "1500", "--reps", "2", "--dir", str(tmp_path)]
     run_benchmark("page_cache_bench.py", *args, "--json", str(out))
     results = {r["what"]: r for r in json.loads(out.read_text())["results"]}
-    assert set(results) == {"pread", "io_uring", "mmap", "pwrite_random", "pwrite_append"}
+    assert set(results) == {
+        "pread",
+        "pread_cached",
+        "io_uring",
+        "mmap",
+        "pwrite_random",
+        "pwrite_append",
+    }
     for name, r in results.items():
         if name == "io_uring" and not r["available"]:
             continue  # a kernel or sandbox without it
